@@ -1,0 +1,218 @@
+"""Shared pieces of every estimator: inputs, validation, log-ratios, group reductions, aggregation.
+
+Shapes: B responses, T tokens per (padded) response. Everything here is a pure tensor function:
+no config objects, no logging, no I/O, no host syncs except in `validate` (which must raise).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+ADVANTAGE_MODES = ("std", "mean")
+
+# [ours] Token log-ratios are clamped to ±MAX_TOKEN_LOG_RATIO before exp() so that a wildly stale token
+# cannot produce inf (and inf * 0 = NaN gradients). exp(20) ≈ 4.9e8 is far outside any clip range.
+MAX_TOKEN_LOG_RATIO = 20.0
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """One batch of responses, as the trainer hands it to an estimator.
+
+    logp:           (B, T) log π_θ of the sampled tokens; carries the gradient.
+    logp_behavior:  (B, T) log π_b recorded at generation time (no grad).
+    advantages:     (B,) one advantage per response, broadcast over its tokens.
+    mask:           (B, T) valid response tokens (bool or 0/1).
+    group_ids:      (B,) responses to the same prompt share an id.
+    logp_proximal:  optional (B, T) log π_prox, the parameters at the start of the optimizer step.
+    """
+
+    logp: Tensor
+    logp_behavior: Tensor
+    advantages: Tensor
+    mask: Tensor
+    group_ids: Tensor
+    logp_proximal: Tensor | None = None
+
+    def rows(self, index: Tensor | slice) -> "LossInputs":
+        """The sub-batch of responses `index` (a micro-batch)."""
+        prox = None if self.logp_proximal is None else self.logp_proximal[index]
+        return LossInputs(self.logp[index], self.logp_behavior[index], self.advantages[index],
+                          self.mask[index], self.group_ids[index], prox)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """Detached statistics an estimator computes once over the whole optimizer-step batch.
+
+    tensors: name -> tensor; a 0-d tensor is batch-wide, any other is indexed by response (dim 0).
+    metrics: name -> 0-d tensor, batch-wide diagnostics.
+    Computing these once and slicing them per micro-batch is what makes micro-batching exact for
+    estimators with batch statistics (M2PO's mask, BAPO's bounds, GMC's group scales).
+    """
+
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    metrics: dict[str, Tensor] = field(default_factory=dict)
+
+    def rows(self, index: Tensor | slice) -> "BatchContext":
+        sliced = {k: (v if v.dim() == 0 else v[index]) for k, v in self.tensors.items()}
+        return replace(self, tensors=sliced)
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    loss: Tensor                  # 0-d, differentiable w.r.t. inputs.logp
+    metrics: dict[str, float]     # plain floats, names like "gmc/capped_frac"
+
+
+def validate(inp: LossInputs) -> LossInputs:
+    """Check shapes and values; return the inputs with a bool mask and padding zeroed.
+
+    Raises ValueError naming the offending input. Padding positions (mask false) may hold anything,
+    including NaN: they are replaced by 0 so they cannot leak into the loss or its gradient.
+    """
+    if inp.logp.dim() != 2:
+        raise ValueError(f"logp must be (B, T); got shape {tuple(inp.logp.shape)}")
+    shape = inp.logp.shape
+    for name in ("logp_behavior", "mask", "logp_proximal"):
+        t = getattr(inp, name)
+        if t is not None and t.shape != shape:
+            raise ValueError(f"{name} must have the shape of logp {tuple(shape)}; got {tuple(t.shape)}")
+    for name in ("advantages", "group_ids"):
+        t = getattr(inp, name)
+        if t.shape != shape[:1]:
+            raise ValueError(f"{name} must be (B,) = ({shape[0]},); got {tuple(t.shape)}")
+    mask = inp.mask.bool()
+    if not bool(mask.any()):
+        raise ValueError("mask selects no token: the batch is all padding")
+    for name in ("logp", "logp_behavior", "logp_proximal"):
+        t = getattr(inp, name)
+        if t is not None and not bool(torch.isfinite(t.detach()[mask]).all()):
+            raise ValueError(f"{name} has NaN or inf on valid (masked-in) tokens")
+    if not bool(torch.isfinite(inp.advantages).all()):
+        raise ValueError("advantages has NaN or inf")
+
+    def clean(t: Tensor | None) -> Tensor | None:
+        return None if t is None else torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+    return LossInputs(clean(inp.logp), clean(inp.logp_behavior.detach()), inp.advantages.detach(),
+                      mask, inp.group_ids, clean(None if inp.logp_proximal is None else inp.logp_proximal.detach()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Ratios
+# ----------------------------------------------------------------------------------------------
+
+def token_log_ratio(inp: LossInputs) -> Tensor:
+    """λ = logp − logp_behavior, (B, T), zero on padding, with grad through logp."""
+    return (inp.logp - inp.logp_behavior) * inp.mask
+
+
+def token_ratio(inp: LossInputs) -> Tensor:
+    """ρ = exp(λ), (B, T), λ clamped to ±MAX_TOKEN_LOG_RATIO; 1 on padding."""
+    return torch.exp(token_log_ratio(inp).clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO))
+
+
+def traj_log_ratio(inp: LossInputs) -> Tensor:
+    """Λ_i = Σ_t m λ, (B,), detached: trajectory ratios are only ever used as weights."""
+    return token_log_ratio(inp).detach().sum(dim=1)
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp_min(1)
+
+
+def masked_max(x: Tensor, mask: Tensor) -> Tensor:
+    return torch.where(mask, x, torch.full_like(x, -torch.inf)).max()
+
+
+# ----------------------------------------------------------------------------------------------
+# Groups
+# ----------------------------------------------------------------------------------------------
+
+def group_index(group_ids: Tensor) -> tuple[Tensor, int]:
+    """Map arbitrary group ids to 0..n_groups-1. Returns (index (B,), n_groups)."""
+    uniq, index = torch.unique(group_ids, return_inverse=True)
+    return index, int(uniq.numel())
+
+
+def group_sum(x: Tensor, index: Tensor, n_groups: int) -> Tensor:
+    return torch.zeros(n_groups, dtype=x.dtype, device=x.device).index_add_(0, index, x)
+
+
+def group_logsumexp(x: Tensor, index: Tensor, n_groups: int) -> Tensor:
+    """log Σ_{i∈g} exp(x_i) per group, (n_groups,), stable for |x| up to the dtype's range."""
+    gmax = torch.full((n_groups,), -torch.inf, dtype=x.dtype, device=x.device)
+    gmax = gmax.scatter_reduce(0, index, x, reduce="amax")
+    return gmax + torch.log(group_sum(torch.exp(x - gmax[index]), index, n_groups))
+
+
+def group_advantages(rewards: Tensor, group_ids: Tensor, mode: str = "std", eps: float = 1e-6) -> Tensor:
+    """Group-relative advantages, (B,).
+
+    mode "std" (GRPO, 2402.03300): A_i = (R_i − mean_g R) / (std_g R + eps), std with Bessel's correction.
+    mode "mean" (Dr. GRPO, 2503.20783): A_i = R_i − mean_g R.
+    A group whose rewards are all equal gets A = 0; so does a group of one response (no baseline).
+    """
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"unknown advantage mode {mode!r}; valid: {', '.join(ADVANTAGE_MODES)}")
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards and group_ids must both be (B,); got {tuple(rewards.shape)} and {tuple(group_ids.shape)}")
+    rewards = rewards.to(torch.float64)
+    index, n = group_index(group_ids)
+    count = group_sum(torch.ones_like(rewards), index, n)
+    mean = group_sum(rewards, index, n) / count
+    centered = rewards - mean[index]
+    if mode == "mean":
+        adv = centered
+    else:
+        var = group_sum(centered**2, index, n) / (count - 1).clamp_min(1)
+        adv = centered / (var.sqrt()[index] + eps)
+    adv = torch.where(count[index] > 1, adv, torch.zeros_like(adv))
+    return adv.to(torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Aggregation
+# ----------------------------------------------------------------------------------------------
+
+def aggregate(token_loss: Tensor, mask: Tensor, mode: str, *, total_tokens: float | None = None,
+              total_seqs: float | None = None, max_tokens: int | None = None) -> Tensor:
+    """Reduce a per-token loss (B, T) to a scalar.
+
+    token-mean:               Σ m ℓ / N_tokens                          (DAPO; default)
+    seq-mean-token-mean:      Σ_i (Σ_t m ℓ / Σ_t m) / N_seqs            (original GRPO)
+    seq-mean-token-sum-norm:  Σ_i Σ_t m ℓ / K / N_seqs, K = max_tokens  (Dr. GRPO)
+
+    N_tokens and N_seqs are the optimizer step's global counts (`total_tokens`, `total_seqs`); they
+    default to this batch's. Passing the global counts makes the sum of micro-batch losses equal the
+    whole-batch loss, value and gradient.
+    """
+    mask_f = mask.to(token_loss.dtype)
+    summed = token_loss * mask_f
+    n_seqs = float(mask.shape[0]) if total_seqs is None else float(total_seqs)
+    if mode == "token-mean":
+        n_tokens = mask_f.sum() if total_tokens is None else float(total_tokens)
+        return summed.sum() / n_tokens
+    if mode == "seq-mean-token-mean":
+        return (summed.sum(dim=1) / mask_f.sum(dim=1).clamp_min(1)).sum() / n_seqs
+    if mode == "seq-mean-token-sum-norm":
+        if max_tokens is None or max_tokens <= 0:
+            raise ValueError("aggregation 'seq-mean-token-sum-norm' needs max_tokens > 0 (the constant K)")
+        return summed.sum() / float(max_tokens) / n_seqs
+    raise ValueError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def reinforce_token_loss(weight: Tensor, inp: LossInputs) -> Tensor:
+    """ℓ_{i,t} = −w_i · A_i · logp_{i,t} with w detached: gradient (1/…) Σ_i w_i A_i ∇log π_θ(o_i)."""
+    return -(weight.detach() * inp.advantages).unsqueeze(1) * inp.logp
+
+
+def ppo_clip_token_loss(ratio: Tensor, adv: Tensor, low: Tensor | float, high: Tensor | float) -> Tensor:
+    """ℓ = max(−A ρ, −A clip(ρ, low, high)), A broadcast over tokens: (B, T)."""
+    adv = adv.unsqueeze(1)
+    return torch.maximum(-adv * ratio, -adv * ratio.clamp(low, high))

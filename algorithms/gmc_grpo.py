@@ -1,0 +1,67 @@
+"""gmc_grpo — Group Mass Capping.
+
+Reference: GMC-GRPO (arXiv 2610.01896). The abstract is the primary source; the formula below is from a
+secondary summary, and the numerical details are ours.
+
+Objective, for each group g of G responses to one prompt:
+    S_g = Σ_{i∈g} r_i,   C = G (1 + ε),   scale_g = min(1, C / S_g)
+    w_i = r_i · scale_g   (detached),    ℓ_{i,t} = −w_i · A_i · logp_{i,t}
+computed in log space: log scale_g = min(0, log C − logsumexp_{i∈g} Λ_i), w_i = exp(Λ_i + log scale_g).
+
+Symbols → code: r_i = exp(Λ_i), Λ = `traj_log_ratio`, ε = `eps`, G = the size of the response's
+group in the batch (`group_ids`), w = ctx "weight".
+
+Properties (tested): a group under the cap is untouched (w = r); a capped group has Σ w = C; ratios
+within a group are preserved; every w_i ≤ C; no overflow for |Λ| up to 1e4 (float32).
+
+Proposition [ours]. Among all weights w ≥ 0 with Σ_{i∈g} w_i ≤ C, uniform rescaling minimizes the worst
+relative distortion δ(w) = max_i |1 − w_i / r_i|, with value δ_GMC = (1 − C/S)_+; and trajectory clipping
+(w_i = min(r_i, 1 + ε)) has δ_clip = max_i (1 − (1 + ε)/r_i)_+ ≥ δ_GMC.
+Proof. Let δ = δ(w). Then w_i ≥ (1 − δ) r_i for every i, so C ≥ Σ w_i ≥ (1 − δ) S, i.e. δ ≥ 1 − C/S;
+and δ ≥ 0. Uniform rescaling attains it: w = r when S ≤ C (δ = 0), w = (C/S) r otherwise (δ = 1 − C/S).
+Clipped weights satisfy w_i ≤ 1 + ε, hence Σ w_i ≤ G(1 + ε) = C: they are feasible, so their
+distortion — which is max_i (1 − (1 + ε)/r_i)_+ — is at least the minimum δ_GMC. ∎
+
+Deviations: 1. G is the number of the group's responses present in the batch (a group split across
+optimizer steps would use its partial size). 2. [ours] everything in log space, weights detached.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .common import (BatchContext, LossInputs, group_index, group_logsumexp, group_sum,
+                     reinforce_token_loss, traj_log_ratio)
+from .registry import register
+
+
+def group_mass_cap(log_r: torch.Tensor, group_ids: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return (w (B,), log scale per group (n_groups,), group index (B,)) for trajectory log-ratios log_r."""
+    index, n_groups = group_index(group_ids)
+    size = group_sum(torch.ones_like(log_r), index, n_groups)
+    log_cap = torch.log(size) + math.log1p(eps)                        # log C = log G + log(1 + ε)
+    log_scale = torch.clamp(log_cap - group_logsumexp(log_r, index, n_groups), max=0.0)
+    return torch.exp(log_r + log_scale[index]), log_scale, index
+
+
+def prepare(inp: LossInputs, *, eps: float) -> BatchContext:
+    log_r = traj_log_ratio(inp).to(torch.float64)                      # (B,)  Λ_i
+    weight, log_scale, index = group_mass_cap(log_r, inp.group_ids, eps)
+    n_groups = log_scale.numel()
+    size = group_sum(torch.ones_like(log_r), index, n_groups)
+    # Per-group effective sample size (Σr)² / Σr², as a fraction of G, in log space.
+    log_ess = 2 * group_logsumexp(log_r, index, n_groups) - group_logsumexp(2 * log_r, index, n_groups)
+    scale = torch.exp(log_scale)
+    return BatchContext(tensors={"weight": weight.to(inp.logp.dtype)}, metrics={
+        "gmc/capped_frac": (log_scale < 0).float().mean(),
+        "gmc/scale_mean": scale.mean(),
+        "gmc/scale_min": scale.min(),
+        "gmc/ess_frac": (torch.exp(log_ess) / size).mean(),
+        "gmc/log_ratio_max": log_r.max(),
+    })
+
+
+@register("gmc_grpo", prepare=prepare)
+def gmc_grpo(inp: LossInputs, ctx: BatchContext, *, eps: float):
+    return reinforce_token_loss(ctx.tensors["weight"], inp), {}

@@ -1,0 +1,18 @@
+"""is_none — plain token importance sampling, no trust region.
+
+ℓ_{i,t} = −ρ_{i,t} A_i with ρ = exp(logp − logp_behavior). Unbiased for the behavior-policy gradient
+but unbounded in variance: the baseline that prospers and then collapses under delay.
+Deviation: [ours] log-ratios clamped to ±20 before exp (see common.py).
+"""
+from __future__ import annotations
+
+from .common import BatchContext, LossInputs, masked_max, masked_mean, token_ratio
+from .registry import register
+
+
+@register("is_none")
+def is_none(inp: LossInputs, ctx: BatchContext, *, eps: float):
+    ratio = token_ratio(inp)                                     # (B, T)
+    loss = -inp.advantages.unsqueeze(1) * ratio
+    r = ratio.detach()
+    return loss, {"is/ratio_mean": masked_mean(r, inp.mask), "is/ratio_max": masked_max(r, inp.mask)}

@@ -1,0 +1,130 @@
+"""The estimator registry: one name -> one pure loss function (and optional batch statistics).
+
+An estimator is registered with
+
+    @register("name", prepare=optional_prepare_fn)
+    def token_loss(inp: LossInputs, ctx: BatchContext, *, eps: float, <own params with defaults>)
+        -> tuple[Tensor (B, T), dict[str, Tensor]]
+
+`prepare(inp, *, eps, <own params>) -> BatchContext` computes detached statistics once over the whole
+optimizer-step batch (see BatchContext). `compute_loss` validates the inputs, runs both, aggregates,
+and turns the metrics into floats — the single place that leaves tensor land.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .common import AGGREGATIONS, BatchContext, LossInputs, LossOutput, aggregate, validate
+
+TokenLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+PrepareFn = Callable[..., BatchContext]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    name: str
+    token_loss: TokenLossFn
+    prepare: PrepareFn | None
+    defaults: dict[str, object]   # the estimator's own parameters (besides eps) and their defaults
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def _own_params(fn: Callable | None) -> dict[str, object]:
+    if fn is None:
+        return {}
+    return {p.name: p.default for p in inspect.signature(fn).parameters.values()
+            if p.kind is p.KEYWORD_ONLY and p.name != "eps"}
+
+
+def register(name: str, prepare: PrepareFn | None = None) -> Callable[[TokenLossFn], TokenLossFn]:
+    def deco(fn: TokenLossFn) -> TokenLossFn:
+        if name in _REGISTRY:
+            raise ValueError(f"estimator {name!r} is registered twice")
+        defaults = {**_own_params(prepare), **_own_params(fn)}
+        _REGISTRY[name] = Estimator(name, fn, prepare, defaults)
+        return fn
+    return deco
+
+
+def loss_names() -> list[str]:
+    """Sorted names of every registered estimator."""
+    return sorted(_REGISTRY)
+
+
+def get_estimator(name: str) -> Estimator:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown estimator {name!r}; valid: {', '.join(loss_names())}") from None
+
+
+def estimator_defaults(name: str) -> dict[str, object]:
+    """The estimator's own parameters (besides eps) and their defaults."""
+    return dict(get_estimator(name).defaults)
+
+
+def check_params(name: str, params: dict[str, object]) -> None:
+    """Raise ValueError if `params` holds a name the estimator does not take."""
+    est = get_estimator(name)
+    unknown = sorted(set(params) - set(est.defaults))
+    if unknown:
+        valid = ", ".join(["eps", *sorted(est.defaults)])
+        raise ValueError(f"estimator {name!r} has no parameter {unknown[0]!r}; valid: {valid}")
+
+
+def _pick(fn: Callable, params: dict[str, object]) -> dict[str, object]:
+    own = _own_params(fn)
+    return {k: v for k, v in params.items() if k in own}
+
+
+def prepare_context(name: str, inp: LossInputs, *, eps: float = 0.2, **params: object) -> BatchContext:
+    """Batch statistics of estimator `name` over the whole optimizer-step batch (detached).
+
+    Call it once per step on the full batch (logp may be the no-grad proximal log-probs), then pass
+    `context.rows(idx)` with each micro-batch to `compute_loss`.
+    """
+    est = get_estimator(name)
+    check_params(name, params)
+    if est.prepare is None:
+        return BatchContext()
+    inp = validate(inp)
+    with torch.no_grad():
+        detached = LossInputs(inp.logp.detach(), inp.logp_behavior, inp.advantages, inp.mask,
+                              inp.group_ids, inp.logp_proximal)
+        return est.prepare(detached, eps=eps, **_pick(est.prepare, params))
+
+
+def compute_loss(name: str, inp: LossInputs, *, eps: float = 0.2, aggregation: str = "token-mean",
+                 max_tokens: int | None = None, total_tokens: float | None = None,
+                 total_seqs: float | None = None, context: BatchContext | None = None,
+                 **params: object) -> LossOutput:
+    """The loss of estimator `name` on `inp`, aggregated, with its metrics as floats.
+
+    eps:           the trust-region width ε (each estimator says how it uses it).
+    aggregation:   one of AGGREGATIONS; `max_tokens` is K for "seq-mean-token-sum-norm".
+    total_tokens, total_seqs: global denominators of the optimizer step (default: this batch's).
+    context:       batch statistics from `prepare_context` on the full step batch (default: computed
+                   from `inp`, correct when `inp` is the whole batch).
+    params:        the estimator's own parameters; unknown names raise ValueError listing the valid ones.
+    """
+    est = get_estimator(name)
+    check_params(name, params)
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0; got {eps}")
+    inp = validate(inp)
+    if context is None:
+        context = prepare_context(name, inp, eps=eps, **params)
+    token_loss, metrics = est.token_loss(inp, context, eps=eps, **_pick(est.token_loss, params))
+    loss = aggregate(token_loss, inp.mask, aggregation, total_tokens=total_tokens,
+                     total_seqs=total_seqs, max_tokens=max_tokens)
+    merged = {**context.metrics, **metrics}
+    values = torch.stack([v.detach().to(torch.float64).reshape(()) for v in merged.values()]).tolist() if merged else []
+    return LossOutput(loss=loss, metrics=dict(zip(merged, values)))
