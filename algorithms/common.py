@@ -156,7 +156,9 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, mode: str = "std", eps:
 
     mode "std" (GRPO, 2402.03300): A_i = (R_i − mean_g R) / (std_g R + eps), std with Bessel's correction.
     mode "mean" (Dr. GRPO, 2503.20783): A_i = R_i − mean_g R.
-    A group whose rewards are all equal gets A = 0; so does a group of one response (no baseline).
+    A group whose rewards are all equal gets A = 0 exactly (the mean of equal floats can be off by an
+    ulp, so this is enforced, not left to the arithmetic); so does a group of one response (no baseline).
+    Returns float32 whatever the rewards' dtype; the arithmetic is float64.
     """
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"unknown advantage mode {mode!r}; valid: {', '.join(ADVANTAGE_MODES)}")
@@ -172,7 +174,12 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, mode: str = "std", eps:
     else:
         var = group_sum(centered**2, index, n) / (count - 1).clamp_min(1)
         adv = centered / (var.sqrt()[index] + eps)
-    adv = torch.where(count[index] > 1, adv, torch.zeros_like(adv))
+    gmax = torch.full((n,), -torch.inf, dtype=rewards.dtype, device=rewards.device)
+    gmin = torch.full((n,), torch.inf, dtype=rewards.dtype, device=rewards.device)
+    gmax = gmax.scatter_reduce(0, index, rewards, reduce="amax")
+    gmin = gmin.scatter_reduce(0, index, rewards, reduce="amin")
+    varied = (count > 1) & (gmax > gmin)                               # (n_groups,) groups with a signal
+    adv = torch.where(varied[index], adv, torch.zeros_like(adv))
     return adv.to(torch.float32)
 
 

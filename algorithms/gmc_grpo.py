@@ -37,12 +37,25 @@ from .registry import register
 
 
 def group_mass_cap(log_r: torch.Tensor, group_ids: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Return (w (B,), log scale per group (n_groups,), group index (B,)) for trajectory log-ratios log_r."""
+    """Return (w (B,), log scale per group (n_groups,), group index (B,)) for trajectory log-ratios log_r.
+
+    Computed in float64 (results in log_r's dtype) and without adding a huge Λ_i to a huge negative
+    log scale: with m_g = max_{i∈g} Λ_i and L_g = log Σ_{i∈g} exp(Λ_i − m_g) ∈ [0, log G], a capped
+    group has w_i = exp(Λ_i − m_g + log C − L_g), every term small; an uncapped one has w_i = exp(Λ_i)
+    exactly. (exp(Λ_i + log scale_g) loses ~ulp(Λ_i) in the exponent: 0.03% of w at Λ = 1e4 in float32.)
+    """
     index, n_groups = group_index(group_ids)
-    size = group_sum(torch.ones_like(log_r), index, n_groups)
+    lam = log_r.to(torch.float64)                                      # (B,)
+    size = group_sum(torch.ones_like(lam), index, n_groups)
     log_cap = torch.log(size) + math.log1p(eps)                        # log C = log G + log(1 + ε)
-    log_scale = torch.clamp(log_cap - group_logsumexp(log_r, index, n_groups), max=0.0)
-    return torch.exp(log_r + log_scale[index]), log_scale, index
+    gmax = torch.full((n_groups,), -torch.inf, dtype=lam.dtype, device=lam.device)
+    gmax = gmax.scatter_reduce(0, index, lam, reduce="amax")           # (n_groups,) m_g
+    shifted = lam - gmax[index]                                        # (B,) Λ_i − m_g ≤ 0
+    lse_shifted = torch.log(group_sum(torch.exp(shifted), index, n_groups))      # L_g
+    log_scale = torch.clamp(log_cap - gmax - lse_shifted, max=0.0)     # log min(1, C / S_g)
+    capped = (log_scale < 0)[index]
+    w = torch.where(capped, torch.exp(shifted + (log_cap - lse_shifted)[index]), torch.exp(lam))
+    return w.to(log_r.dtype), log_scale.to(log_r.dtype), index
 
 
 def prepare(inp: LossInputs, *, eps: float) -> BatchContext:

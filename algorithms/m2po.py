@@ -8,9 +8,10 @@ Objective:
     ℓ_{i,t} = −keep_{i,t} · ρ_{i,t} · A_i          (no clipping)
 
 Symbols → code: τ = `tau` (default 0.04), keep = ctx "keep", ρ = `token_ratio`.
-The loop is vectorized exactly: sort M once (descending, stable, so ties drop in token order like the
-loop's first-argmax), compute suffix means of the sorted values in float64, and drop the shortest
-prefix whose remaining mean is ≤ τ. The mask is a statistic of the whole optimizer-step batch.
+The loop is vectorized exactly (see `second_moment_mask`): only tokens with M > τ can ever be dropped,
+so those are sorted once (descending), suffix means in float64 give the number of drops, and the
+smallest dropped value's ties are dropped in row-major order like the loop's first-argmax. The mask
+is a statistic of the whole optimizer-step batch.
 Deviations:
 1. The official code instead bounds the "harmful" tokens (A>0 ∧ ρ>1 or A<0 ∧ ρ<1) and clips there; we
    implement Algorithm 1 as written (no `variant` option).
@@ -26,20 +27,42 @@ from .registry import register
 
 
 def second_moment_mask(m2: torch.Tensor, mask: torch.Tensor, tau: float) -> torch.Tensor:
-    """Algorithm 1's kept-token mask (B, T) for second-moment statistics m2 (B, T)."""
-    values = m2[mask].to(torch.float64)                          # (N,) valid tokens in row-major order
-    n = values.numel()
-    order = torch.sort(values, descending=True, stable=True).indices
-    sorted_vals = values[order]
-    suffix_sum = torch.flip(torch.cumsum(torch.flip(sorted_vals, [0]), 0), [0])        # Σ s[k:]
-    suffix_mean = suffix_sum / torch.arange(n, 0, -1, dtype=torch.float64)             # mean of s[k:]
-    ok = suffix_mean <= tau
-    n_drop = int(torch.argmax(ok.to(torch.int8))) if bool(ok.any()) else n
-    keep_flat = torch.ones(n, dtype=torch.bool)
-    keep_flat[order[:n_drop]] = False
-    keep = torch.zeros_like(mask)
-    keep[mask] = keep_flat
-    return keep
+    """Algorithm 1's kept-token mask (B, T) for second-moment statistics m2 (B, T), bool.
+
+    Reference loop: keep := mask; while mean_{keep} m2 > τ: drop the kept token with the largest m2
+    (the first in row-major order on ties). An empty kept set stops the loop.
+
+    Vectorized: a dropped token is the kept maximum while the kept mean exceeds τ, so its m2 > τ; the
+    tokens with m2 ≤ τ are always kept and enter only through their sum and count. The candidates
+    (m2 > τ) are sorted once in descending order; after dropping the k largest, the kept mean is
+    (base_sum + Σ sorted[k:]) / (base_count + n_cand − k), a suffix sum. The loop stops at the first
+    k whose mean is ≤ τ (k = n_cand if none). The values above the k-th largest are dropped, and of the
+    tokens tied with it the first ones in row-major order, as many as the loop drops.
+    """
+    mask = mask.bool()
+    dev = m2.device
+    zero = torch.zeros((), dtype=torch.float64, device=dev)
+    x = torch.where(mask, m2.to(torch.float64), zero)   # (B, T); float64 so that `> tau` compares exactly
+    cand = mask & (x > tau)                                                          # (B, T)
+    base = mask & ~cand
+    base_sum = torch.where(base, x, zero).sum()
+    base_count = base.sum()
+    desc = torch.sort(x[cand], descending=True).values                              # (n_cand,)
+    n_cand = desc.numel()
+    if n_cand == 0:
+        return mask.clone()
+    suffix_sum = base_sum + torch.flip(torch.cumsum(torch.flip(desc, [0]), 0), [0])   # kept sum after k drops
+    kept_count = base_count + torch.arange(n_cand, 0, -1, device=dev)
+    ok = suffix_sum / kept_count <= tau                                              # (n_cand,)
+    n_drop = int(torch.argmax(ok.to(torch.int8))) if bool(ok.any()) else n_cand
+    if n_drop == 0:
+        return mask.clone()
+    cut = desc[n_drop - 1]                                                           # smallest dropped value
+    n_tie_drop = n_drop - int((desc[:n_drop] > cut).sum())
+    tie = cand & (x == cut)
+    tie_rank = torch.cumsum(tie.flatten(), 0).view(tie.shape)                     # 1, 2, … in row-major order
+    drop = (cand & (x > cut)) | (tie & (tie_rank <= n_tie_drop))
+    return mask & ~drop
 
 
 def prepare(inp: LossInputs, *, eps: float, tau: float = 0.04) -> BatchContext:

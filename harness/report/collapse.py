@@ -17,8 +17,9 @@ Rules are set per suite in suite.yaml under ``report: {collapse: {...}}`` (see `
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class CollapseRules:
             raise ValueError(f"collapse.ratio_max_bound must be > 0 or null, got {self.ratio_max_bound!r}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> "CollapseRules":
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> CollapseRules:
         """Build from a suite's ``report.collapse`` mapping; an unknown key raises ValueError."""
         data = dict(data or {})
         valid = [f.name for f in fields(cls)]
@@ -55,6 +56,10 @@ class CollapseRules:
             raise ValueError(f"unknown collapse rule key(s) {unknown}; valid keys: {valid}")
         if "entropy_max" in data and data["entropy_max"] is None:
             data["entropy_max"] = math.inf
+        for key, value in data.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number and not (key == "ratio_max_bound" and value is None):
+                raise ValueError(f"collapse.{key} must be a number, got {value!r}")
         return cls(**data)
 
     def describe(self) -> list[str]:

@@ -11,7 +11,7 @@ Deviations from rliable:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy import integrate

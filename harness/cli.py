@@ -1,0 +1,162 @@
+"""`stalebench` command line. Every user error is one line on stderr and exit status 2.
+
+    stalebench run SUITE.yaml [--address ADDR]     all trials on Ray Tune, logged to MLflow, results/<suite>/
+    stalebench status SUITE                        trials by status
+    stalebench report results/<suite>              reports/<suite>/index.html
+    stalebench site                                reports/index.html, the leaderboard of every suite
+    stalebench train SUITE.yaml --trial 'algorithm=gmc_grpo,delay=16,seed=0'   one trial in-process
+    stalebench tune SUITE.yaml                     Optuna (through Ray Tune) learning rates per estimator
+    stalebench eval --model PATH --benchmarks gsm8k,math500
+    stalebench check SUITE.yaml                    validate a suite without running it
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .config import ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run every trial of a suite on Ray Tune")
+    run.add_argument("suite", help="suite file, e.g. suites/quickstart.yaml")
+    run.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster address (default: local Ray)")
+    run.add_argument("--results", default="results", help="results root (default: results/)")
+    run.add_argument("--report", action="store_true", help="write the suite's report when the run ends")
+    st = sub.add_parser("status", help="summarize a suite's trials")
+    st.add_argument("suite", help="suite name, results directory or suite file")
+    st.add_argument("--results", default="results")
+    rep = sub.add_parser("report", help="write the HTML report of a suite's results")
+    rep.add_argument("results_dir", help="results/<suite>")
+    rep.add_argument("--out", default=None, help="output directory (default: reports/<suite>)")
+    site = sub.add_parser("site", help="build reports/index.html from every suite's report")
+    site.add_argument("--reports", default="reports")
+    tr = sub.add_parser("train", help="run one trial of a suite in-process (debugging)")
+    tr.add_argument("suite")
+    tr.add_argument("--trial", required=True, help="'key=value,...' selecting one trial, e.g. 'algorithm=grpo,delay=0,seed=0'")
+    tr.add_argument("--results", default="results")
+    tu = sub.add_parser("tune", help="tune per-estimator learning rates with Optuna through Ray Tune")
+    tu.add_argument("suite")
+    tu.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
+    tu.add_argument("--results", default="results")
+    ev = sub.add_parser("eval", help="evaluate a model on the local benchmark files with lm-eval")
+    ev.add_argument("--model", required=True, help="local model directory")
+    ev.add_argument("--benchmarks", default="gsm8k,math500")
+    ev.add_argument("--limit", type=int, default=None, help="problems per benchmark (default: all)")
+    ev.add_argument("--out", default="results/eval")
+    ev.add_argument("--max-new-tokens", type=int, default=1024)
+    ev.add_argument("--mlflow-run-id", default=None, help="also log scores to this MLflow run")
+    ch = sub.add_parser("check", help="validate a suite file and list its trials")
+    ch.add_argument("suite")
+    return p
+
+
+def _cmd_run(args) -> int:
+    from .suite import load_suite
+    from .tune_runner import run_suite
+
+    suite = load_suite(args.suite)
+    counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True)
+    out = Path(args.results) / suite.name
+    print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if args.report:
+        from .report import build_report
+        print(f"report: {build_report(out)}")
+    return 0 if not counts.get("failed") else 1
+
+
+def _cmd_train(args) -> int:
+    from .suite import expand, load_suite, select
+    from .trial import TrialFailed, run_trial
+
+    suite = load_suite(args.suite)
+    trial = select(expand(suite), args.trial)
+    suite_dir = Path(args.results) / suite.name
+    try:
+        status = run_trial(trial, suite_dir, progress=True)
+    except TrialFailed as exc:
+        print(f"stalebench: trial {trial.trial_id} failed: {exc} (traceback in {suite_dir / trial.trial_id / 'error.log'})",
+              file=sys.stderr)
+        return 1
+    print(f"trial {trial.trial_id}: {status.get('status')} at step {status.get('step')}; results in {suite_dir / trial.trial_id}")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    from .suite import expand, load_suite
+
+    suite = load_suite(args.suite)
+    trials = expand(suite)
+    print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
+    for t in trials:
+        print(f"  {t.trial_id}")
+    return 0
+
+
+def _cmd_status(args) -> int:
+    from .status import suite_status
+    print(suite_status(_resolve_results(args.suite, Path(args.results))))
+    return 0
+
+
+def _resolve_results(name: str, results_root: Path) -> Path:
+    path = Path(name)
+    if path.is_file():
+        from .suite import load_suite
+        return results_root / load_suite(path).name
+    if path.is_dir():
+        return path
+    if (results_root / name).is_dir():
+        return results_root / name
+    raise ConfigError(f"{name}: no suite results found (give a suite name, results/<suite>, or a suite file)")
+
+
+def _cmd_report(args) -> int:
+    from .report import build_report
+    print(f"report: {build_report(Path(args.results_dir), None if args.out is None else Path(args.out))}")
+    return 0
+
+
+def _cmd_site(args) -> int:
+    from .report import build_site
+    print(f"site: {build_site(Path(args.reports))}")
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    from .suite import load_suite
+    from .tune_runner import tune_suite
+    print(f"tuned overrides: {tune_suite(load_suite(args.suite), results_root=Path(args.results), address=args.address)}")
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from .evaluation import run_eval
+    out = run_eval(Path(args.model), [b.strip() for b in args.benchmarks.split(",") if b.strip()], out_dir=Path(args.out),
+                   limit=args.limit, max_new_tokens=args.max_new_tokens, mlflow_run_id=args.mlflow_run_id)
+    print(f"eval results: {out}")
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status": _cmd_status, "report": _cmd_report,
+            "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"stalebench: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stalebench: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

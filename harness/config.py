@@ -1,0 +1,274 @@
+"""Typed run configuration: frozen dataclasses, a strict loader, and dotted overrides.
+
+One `RunConfig` drives every part of a run (model, task, rollout, delay, trainer, evaluation). It is
+built from the `base` section of a suite YAML plus the trial's grid point; nothing reads a setting the
+config does not declare. Every error is one line naming the key and the valid values.
+"""
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from algorithms import AGGREGATIONS, ADVANTAGE_MODES, check_params, loss_names
+
+from .lab.config import LabConfig
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line naming the key and the fix."""
+
+
+def _choice(key: str, value: object, valid: typing.Iterable[object]) -> None:
+    valid = list(valid)
+    if value not in valid:
+        raise ConfigError(f"{key}: {value!r} is not valid; choose one of {', '.join(map(str, valid))}")
+
+
+def _positive(key: str, value: float | int, strict: bool = True) -> None:
+    if (value <= 0) if strict else (value < 0):
+        raise ConfigError(f"{key}: must be {'> 0' if strict else '>= 0'}; got {value}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    kind: str = "tiny"                     # "tiny": built locally for the task; "path": a local HF model dir
+    path: str | None = None                # local directory of a transformers causal LM (kind: path)
+    hidden_size: int = 128                 # tiny model shape (Qwen3 architecture)
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 512
+    warmup_lr: float = 2e-3                # supervised warm start of the tiny model
+    warmup_max_steps: int = 3000
+    warmup_target_acc: float = 0.2         # stop the warm start once greedy held-out accuracy reaches this
+    warmup_seed: int = 0                   # the base model is a function of its recipe, not the trial seed
+    dtype: str = "float32"                 # float32 | bfloat16
+    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`)
+    backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
+    zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
+    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm)
+
+    def validate(self, key: str) -> None:
+        _choice(f"{key}.kind", self.kind, ("tiny", "path"))
+        if self.kind == "path" and not self.path:
+            raise ConfigError(f"{key}.path: required when {key}.kind is 'path' (a local model directory)")
+        _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
+        _choice(f"{key}.engine", self.engine, ("hf", "vllm"))
+        _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
+        _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "warmup_lr", "warmup_max_steps"):
+            _positive(f"{key}.{name}", getattr(self, name))
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "addrev"                   # addrev (synthetic, CPU default) or a benchmark name
+    train_size: int | None = None          # None: the task's default
+    eval_size: int = 500
+    data_dir: str | None = None            # benchmark files (default: $STALEBENCH_DATA_DIR or ../shared/data/benchmarks)
+
+    def validate(self, key: str) -> None:
+        from .tasks import task_names
+        _choice(f"{key}.name", self.name, task_names())
+        _positive(f"{key}.eval_size", self.eval_size)
+        if self.train_size is not None:
+            _positive(f"{key}.train_size", self.train_size)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200                       # optimizer steps (batches consumed)
+    prompts_per_step: int = 16
+    lr: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.99
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    updates_per_batch: int = 1             # optimizer updates per batch: staleness spans delay..delay+k-1
+    micro_batch_size: int | None = None    # responses per forward/backward; None = whole batch
+    aggregation: str = "token-mean"
+    advantage: str = "std"                 # std (GRPO) | mean (Dr. GRPO)
+    kl_beta: float = 0.0                   # KL to the initial policy (k3 estimator); 0 = off
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+    checkpoint_every: int = 50             # steps between resumable checkpoints; 0 = never
+    threads: int = 1                       # torch CPU threads per trial
+
+    def validate(self, key: str) -> None:
+        for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads"):
+            _positive(f"{key}.{name}", getattr(self, name))
+        for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
+            _positive(f"{key}.{name}", getattr(self, name), strict=False)
+        if self.micro_batch_size is not None:
+            _positive(f"{key}.micro_batch_size", self.micro_batch_size)
+        _choice(f"{key}.aggregation", self.aggregation, AGGREGATIONS)
+        _choice(f"{key}.advantage", self.advantage, ADVANTAGE_MODES)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every_steps: int = 20                  # held-out evaluation period (also at step 0 and the last step)
+    size: int | None = None                # None: the task's eval_size
+    pass_k: int = 0                        # also report pass@k with k samples at temperature 1 (0 = off)
+
+    def validate(self, key: str) -> None:
+        _positive(f"{key}.every_steps", self.every_steps)
+        _positive(f"{key}.pass_k", self.pass_k, strict=False)
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    max_staleness: int = 1                 # η: a consumed batch is at most η policy versions old
+
+    def validate(self, key: str) -> None:
+        _positive(f"{key}.max_staleness", self.max_staleness, strict=False)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    algorithm: str = "grpo"                # a registered estimator (algorithms.loss_names())
+    params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
+    delay: int = 0                         # exact rollout delay d (optimizer steps)
+    eps: float = 0.2                       # trust-region width ε
+    group_size: int = 8                    # G responses per prompt
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    async_: AsyncConfig | None = None      # YAML key `async`: real concurrent generation (None = exact delay)
+    lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
+
+    def validate(self, key: str = "base") -> None:
+        _choice("algorithm", self.algorithm, loss_names())
+        try:
+            check_params(self.algorithm, dict(self.params))
+        except ValueError as exc:
+            raise ConfigError(f"params: {exc}") from None
+        _positive("delay", self.delay, strict=False)
+        _positive("eps", self.eps)
+        if self.group_size < 2:
+            raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
+        for name in ("model", "task", "train", "eval", "async_", "lab"):
+            section = getattr(self, name)
+            if section is not None:
+                section.validate(name.rstrip("_"))
+        if self.async_ is not None and self.delay:
+            raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
+
+
+# ----------------------------------------------------------------------------------------------
+# Strict loading
+# ----------------------------------------------------------------------------------------------
+
+def _yaml_name(f: dataclasses.Field) -> str:
+    return f.name.rstrip("_")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+
+
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    """Check `value` against the annotation `tp` (after `from __future__ import annotations`)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(key, arg, value)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: may not be null")
+    if dataclasses.is_dataclass(tp):
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping of {', '.join(_yaml_name(f) for f in fields(tp))}; got {value!r}")
+        return from_dict(tp, value, key)
+    if origin in (collections.abc.Mapping, dict) or tp in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping; got {value!r}")
+        return types.MappingProxyType(dict(value))
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list; got {value!r}")
+        (inner, _) = typing.get_args(tp)
+        return tuple(_coerce(f"{key}[{i}]", inner, v) for i, v in enumerate(value))
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:                                   # YAML reads 1e-4 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}; got {value!r}")
+
+
+def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
+    """Build dataclass `cls` from a mapping, refusing unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    by_yaml = {_yaml_name(f): f for f in fields(cls)}
+    unknown = sorted(set(data) - set(by_yaml))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid keys: {', '.join(sorted(by_yaml))}")
+    kwargs = {f.name: _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict)."""
+    if dataclasses.is_dataclass(obj):
+        return {_yaml_name(f): to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """Return a copy of nested `data` with `a.b.c` set to value."""
+    head, _, rest = dotted.partition(".")
+    out = dict(data)
+    if rest:
+        inner = out.get(head) or {}
+        if not isinstance(inner, Mapping):
+            raise ConfigError(f"{dotted}: {head} is not a section")
+        out[head] = set_dotted(dict(inner), rest, value)
+    else:
+        out[head] = value
+    return out
+
+
+def build_run_config(base: Mapping[str, Any], overrides: Mapping[str, Any] = types.MappingProxyType({})) -> RunConfig:
+    """The validated RunConfig for `base` with dotted `overrides` applied (grid point, seed, ...)."""
+    data = to_dict(base)
+    for dotted, value in overrides.items():
+        data = set_dotted(data, dotted, value)
+    cfg = from_dict(RunConfig, data, "base")
+    cfg.validate()
+    return cfg
+
+
+def flatten(cfg: RunConfig) -> dict[str, Any]:
+    """Dotted key -> scalar value (for MLflow params and tables)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = value
+
+    walk("", to_dict(cfg))
+    return out

@@ -1,0 +1,116 @@
+"""Fixed-policy sweeps for the report: bias vs G, bias vs ε (with the δ_GMC ≤ δ_clip check), bias vs divergence.
+
+These are not suite trials: each point is one `estimate.measure` on a fixed (behavior, current) pair,
+vectorized, seconds in all. The pair: π_θ = θ_0 of the suite's problem (lab.problem_seed, default 0),
+π_b = θ_0 perturbed to KL(π_b ‖ π_θ) = kl (policy.perturb_to_kl). The G sweep runs at every KL of
+`g_kls(lab)` (the suite's lab.kl and two fixed ones) because the fitted slope depends on the divergence.
+
+    data = run_sweeps(lab, eps=0.2, algorithms=[...], adv_mode="mean", aggregation="token-mean")
+
+returns plain JSON-able data (report.py renders it without torch):
+    {"config": {...}, "by_g": [row...], "by_eps": [row...], "by_kl": [row...], "delta": [row...]}
+    row = {"kl", "G", "eps", "estimator", <summarize() fields>, "pair_kl", "pair_chi2"}.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+import torch
+
+from algorithms import prepare_context
+
+from . import estimate, policy
+from .config import LabConfig
+
+EPS_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)        # the issue's ε range
+KL_GRID = (0.05, 0.1, 0.2, 0.5, 1.0)         # nats, KL(π_b ‖ π_θ)
+FOCUS = ("gmc_grpo", "tic_grpo")             # the two estimators the paper's G and ε claims compare
+CLIP, CAP = "tic_grpo", "gmc_grpo"           # trajectory clipping, group mass capping (ctx tensor "weight": w_i)
+
+
+def g_kls(lab: LabConfig) -> list[float]:
+    return sorted({round(lab.kl, 6), 0.2, 1.0})
+
+
+def _pair(problem: policy.Problem, theta0: torch.Tensor, kl: float, seed: int) -> estimate.Pair:
+    return estimate.Pair.build(problem, theta0, policy.perturb_to_kl(problem, theta0, kl, seed))
+
+
+def _rows(res: dict[str, Any], **keys: float) -> list[dict[str, Any]]:
+    pair = res["pair"]
+    return [{**keys, "estimator": name, **vals, "pair_kl": pair["kl_behavior"], "pair_chi2": pair["chi2"]}
+            for name, vals in res.items() if name != "pair"]
+
+
+def distortion_check(pair: estimate.Pair, G: int, n_groups: int, eps: float, seed: int) -> dict[str, float]:
+    """δ(w) = max_i |1 − w_i/r_i| per group for GMC's and TIC's weights (from the registry's prepare_context).
+
+    The proposition in algorithms/gmc_grpo.py: δ_GMC = (1 − C/S)_+ ≤ δ_clip on every group.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    seqs = policy.sample(pair.problem, pair.theta_b, n_groups * G, gen).view(n_groups, G)
+    inp = estimate.loss_inputs(pair, seqs, "mean")
+    log_r = (inp.logp - inp.logp_behavior).sum(1)                                 # (B,) Λ_i
+
+    def delta(name: str) -> torch.Tensor:
+        log_w = torch.log(prepare_context(name, inp, eps=eps).tensors["weight"].to(log_r.dtype))
+        return (1 - torch.exp(log_w - log_r)).abs().view(n_groups, G).max(1).values
+
+    d_cap, d_clip = delta(CAP), delta(CLIP)
+    S = torch.exp(log_r).view(n_groups, G).sum(1)
+    formula = (1 - G * (1 + eps) / S).clamp_min(0)                                # (1 − C/S)_+
+    return {"G": float(G), "eps": eps, "n_groups": float(n_groups),
+            "delta_gmc_mean": float(d_cap.mean()), "delta_clip_mean": float(d_clip.mean()),
+            "delta_gmc_max": float(d_cap.max()), "delta_clip_max": float(d_clip.max()),
+            "holds_frac": float((d_cap <= d_clip + 1e-9).double().mean()),
+            "formula_err_max": float((d_cap - formula).abs().max()),
+            "capped_frac": float((formula > 0).double().mean())}
+
+
+def run_sweeps(lab: LabConfig, *, eps: float, algorithms: Iterable[str], adv_mode: str, aggregation: str,
+               params: dict[str, dict[str, object]] | None = None, seed: int = 0) -> dict[str, Any]:
+    start = time.perf_counter()
+    params = params or {}
+    pseed = 0 if lab.problem_seed is None else lab.problem_seed
+    problem = policy.make_problem(lab.vocab, lab.length, lab.reward, lab.reward_frac, pseed)
+    theta0 = policy.init_logits(problem, lab.init_scale, pseed)
+    common = dict(n_groups=lab.sweep_groups, adv_mode=adv_mode, aggregation=aggregation,
+                  max_loop_groups=lab.loop_groups)
+
+    def spec(name: str, e: float) -> estimate.Spec:
+        return estimate.Spec(name, e, tuple(sorted(params.get(name, {}).items())))
+
+    point = 0
+
+    def next_seed() -> int:
+        nonlocal point
+        point += 1
+        return seed * 100_003 + point
+
+    by_g, by_eps, by_kl, delta = [], [], [], []
+    for kl in g_kls(lab):
+        pair = _pair(problem, theta0, kl, pseed)
+        for G in lab.sweep_group_sizes:
+            res = estimate.measure(pair, {n: spec(n, eps) for n in FOCUS}, G=G, seed=next_seed(), **common)
+            by_g += _rows(res, kl=kl, G=G, eps=eps)
+    G = lab.sweep_group_size
+    pair = _pair(problem, theta0, lab.kl, pseed)
+    for e in EPS_GRID:
+        res = estimate.measure(pair, {n: spec(n, e) for n in FOCUS}, G=G, seed=next_seed(), **common)
+        by_eps += _rows(res, kl=lab.kl, G=G, eps=e)
+        delta.append({"kl": lab.kl, **distortion_check(pair, G, lab.sweep_groups, e, next_seed())})
+    names = sorted(set(algorithms) | set(FOCUS))
+    for kl in KL_GRID:
+        res = estimate.measure(_pair(problem, theta0, kl, pseed), {n: spec(n, eps) for n in names}, G=G,
+                               seed=next_seed(), **common)
+        by_kl += _rows(res, kl=kl, G=G, eps=eps)
+    J0 = float(policy.objective(problem, theta0))
+    return {"config": {"vocab": lab.vocab, "length": lab.length, "reward": lab.reward,
+                       "reward_frac": lab.reward_frac, "init_scale": lab.init_scale, "problem_seed": pseed,
+                       "kl": lab.kl, "g_kls": g_kls(lab), "eps": eps, "adv_mode": adv_mode,
+                       "aggregation": aggregation, "sweep_groups": lab.sweep_groups,
+                       "loop_groups": lab.loop_groups, "sweep_group_size": G, "fit_min_g": lab.sweep_fit_min_g,
+                       "J0": J0, "seconds": round(time.perf_counter() - start, 2)},
+            "by_g": by_g, "by_eps": by_eps, "by_kl": by_kl, "delta": delta}
+

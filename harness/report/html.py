@@ -1,0 +1,184 @@
+"""Build a suite's HTML report (``build_report``) and the leaderboard site over all suites (``build_site``).
+
+Output of ``build_report`` in ``reports/<suite>/``: index.html, one PNG per figure, results.json (a
+versioned bundle, ``schema_version`` 1) and leaderboard.csv / cells.csv / trials.csv. Templates are
+Jinja2 with autoescaping on: every string from results files (suite name, notes, algorithm names,
+errors) is rendered as text. The page is static and works offline from file:// (inline CSS and JS).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+import numpy as np
+import pandas as pd
+
+from harness.report import figures as fig
+from harness.report import tables
+from harness.report.load import SuiteResults, load_suite
+from harness.report.provenance import provenance
+from harness.report.render import cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
+
+SCHEMA_VERSION = 1
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@dataclass(frozen=True)
+class Section:
+    """An extra report section: a title (escaped), an HTML fragment that its producer has already
+    escaped (inserted as is), and figure files to copy next to index.html and show."""
+
+    title: str
+    html: str
+    figures: list[Path] = field(default_factory=list)
+
+
+def extra_sections(results_dir: Path) -> list[Section]:
+    """Hook for the estimator lab (``results/<suite>/lab/``) to add sections; none yet."""
+    return []
+
+
+def suite_slug(name: str) -> str:
+    """A safe directory name for a suite: runs of other characters than [A-Za-z0-9._-] become '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "suite"
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def _jsonable(value: Any) -> Any:
+    """Recursively convert numpy scalars and containers to JSON types; NaN and +-inf become null."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return _jsonable(df.to_dict(orient="records"))
+
+
+def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
+    """Write the report of ``results_dir`` (results/<suite>) and return the path of its index.html.
+
+    ``out_dir`` defaults to ``reports/<suite>`` (the suite name made filesystem-safe). Raises
+    ValueError for a missing results dir, one without suite.yaml, or one without trials.
+    """
+    res = load_suite(Path(results_dir))
+    out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    a = tables.analyse(res)
+    plot = fig.PlotData.build(a.trials, res.evals, res.metrics, a.other)
+    made = [fig.learning_curves(plot, out_dir), fig.accuracy_vs_delay(a.cells, plot, out_dir),
+            fig.heatmap("eps", plot, out_dir), fig.heatmap("group_size", plot, out_dir),
+            fig.survival_curves(plot, out_dir), fig.staleness(a.trials, res.metrics, out_dir)]
+    figures = [f for f in made if f is not None]
+    extras = _copy_extras(extra_sections(res.path), out_dir)
+    prov = provenance(res.suite_sha256)
+
+    page = _env().get_template("report.html.j2").render(**_page_context(res, a, figures, extras, prov))
+    (out_dir / "index.html").write_text(page, encoding="utf-8")
+    a.board.to_csv(out_dir / "leaderboard.csv", index=False)
+    a.cells.to_csv(out_dir / "cells.csv", index=False)
+    a.trials.to_csv(out_dir / "trials.csv", index=False)
+    bundle = {
+        "schema_version": SCHEMA_VERSION,
+        "suite": res.name,
+        "baseline": res.settings.baseline,
+        "largest_delay": a.top_delay,
+        "collapse_rules": asdict(res.settings.collapse),
+        "leaderboard": _records(a.board),
+        "cells": _records(a.cells),
+        "trials": _records(a.trials),
+        "staleness": _records(a.staleness),
+        "figures": [asdict(f) for f in figures],
+        "provenance": prov,
+    }
+    (out_dir / "results.json").write_text(json.dumps(_jsonable(bundle), indent=1, allow_nan=False),
+                                          encoding="utf-8")
+    return out_dir / "index.html"
+
+
+def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.FigureOut],
+                  extras: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
+    """Everything report.html.j2 renders; table cells are pre-formatted by ``render``."""
+    columns = leaderboard_columns(a.other, res.settings.baseline)
+    per_delay = [(show(d), cell_rows(tables.ranked(a.cells[a.cells["delay"] == d]), columns))
+                 for d in sorted(a.cells["delay"].dropna().unique())]
+    unfinished = a.trials[a.trials["status"] != "completed"]
+    return {
+        "suite": res.name,
+        "notes": str(res.suite.get("notes") or ""),
+        "baseline": res.settings.baseline,
+        "top_delay": show(a.top_delay),
+        "leaderboard": {"columns": columns, "rows": cell_rows(a.board, columns)},
+        "per_delay": per_delay,
+        "status_total": tables.status_counts(a.trials["status"]),
+        "unfinished": {"columns": unfinished_columns(), "rows": cell_rows(unfinished, unfinished_columns())},
+        "trials": {"columns": trial_columns(a.other), "rows": cell_rows(a.trials, trial_columns(a.other))},
+        "figures": figures,
+        "rules": res.settings.collapse.describe(),
+        "staleness": [{**s, "delay": show(s["delay"])} for s in a.staleness.to_dict("records")],
+        "extras": extras,
+        "provenance": prov,
+    }
+
+
+def _copy_extras(sections: list[Section], out_dir: Path) -> list[dict[str, Any]]:
+    """Copy each extra section's figures into ``out_dir/extra/`` and return template records."""
+    out = []
+    for i, s in enumerate(sections):
+        files = []
+        for path in s.figures:
+            dest = out_dir / "extra" / f"{i}-{Path(path).name}"
+            dest.parent.mkdir(exist_ok=True)
+            shutil.copyfile(path, dest)
+            files.append(dest.relative_to(out_dir).as_posix())
+        out.append({"title": s.title, "html": s.html, "figures": files})
+    return out
+
+
+def build_site(reports_root: Path = Path("reports")) -> Path:
+    """Write ``reports_root/index.html`` listing every suite report's leaderboard (from each
+    ``<suite>/results.json``) with links to the suite pages. Raises ValueError if the root is missing."""
+    reports_root = Path(reports_root)
+    if not reports_root.is_dir():
+        raise ValueError(f"reports dir {reports_root} does not exist; run `stalebench report "
+                         "results/<suite>` first")
+    suites = []
+    for bundle_path in sorted(reports_root.glob("*/results.json")):
+        entry: dict[str, Any] = {"dir": bundle_path.parent.name,
+                                 "href": quote(bundle_path.parent.name) + "/index.html"}
+        try:
+            bundle = json.loads(bundle_path.read_text(encoding="utf-8"))
+            if bundle.get("schema_version") != SCHEMA_VERSION:
+                raise ValueError(f"schema_version {bundle.get('schema_version')!r}, "
+                                 f"expected {SCHEMA_VERSION}")
+        except (OSError, ValueError, AttributeError) as exc:
+            suites.append({**entry, "error": f"unreadable results.json: {exc}"})
+            continue
+        board = pd.DataFrame(bundle["leaderboard"])
+        columns = leaderboard_columns([], bundle.get("baseline", "grpo"), compact=True)
+        suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
+                       "largest_delay": show(bundle.get("largest_delay")),
+                       "date": bundle.get("provenance", {}).get("date_utc", ""),
+                       "columns": columns, "rows": cell_rows(board, columns)})
+    html = _env().get_template("site.html.j2").render(suites=suites)
+    out = reports_root / "index.html"
+    out.write_text(html, encoding="utf-8")
+    return out

@@ -1,0 +1,239 @@
+"""Read a suite's results directory into three pandas frames (trials, per-step metrics, evaluations).
+
+Layout (written by the suite runner)::
+
+    results/<suite>/suite.yaml
+    results/<suite>/<trial_id>/{params.json, config.yaml, metrics.jsonl, eval.jsonl, status.json}
+
+Files may be missing or partial: a trial without status.json is shown as ``running``, an unreadable
+status.json as ``failed``, and unparseable JSONL lines (e.g. a truncated last line) are skipped and
+counted in the trial's ``notes``. No trial directory is dropped. A ``lab/`` directory (estimator lab
+output) and hidden directories are not trials. config.yaml is not read: params.json holds the grid point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from harness.report.collapse import CollapseRules
+
+TRIAL_FILES = ("params.json", "config.yaml", "metrics.jsonl", "eval.jsonl", "status.json")
+NOT_TRIALS = ("lab",)
+METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses
+LOSS_KEY = "loss/value"
+ACC_KEY = "eval/acc"
+RESERVED_PARAMS = ("trial_id", "seed")  # params.json keys that do not define a cell
+CELL_AXES = ("algorithm", "delay")  # the two cell keys every report is organised by
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """The optional ``report:`` section of suite.yaml."""
+
+    collapse: CollapseRules = field(default_factory=CollapseRules)
+    baseline: str = "grpo"  # algorithm the probability of improvement is measured against
+
+    @classmethod
+    def from_suite(cls, suite: dict[str, Any]) -> ReportSettings:
+        """Parse ``suite["report"]`` strictly: an unknown key raises ValueError naming the valid keys."""
+        section = suite.get("report") or {}
+        if not isinstance(section, dict):
+            raise ValueError(f"suite.yaml 'report' must be a mapping, got {type(section).__name__}")
+        valid = ["collapse", "baseline"]
+        unknown = sorted(set(section) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown key(s) {unknown} in suite.yaml 'report'; valid keys: {valid}")
+        return cls(
+            collapse=CollapseRules.from_mapping(section.get("collapse")),
+            baseline=str(section.get("baseline", "grpo")),
+        )
+
+
+@dataclass
+class SuiteResults:
+    """Everything the report needs from one results directory."""
+
+    path: Path
+    name: str  # the suite's `suite:` name (user text: escape before rendering)
+    suite: dict[str, Any]  # suite.yaml contents
+    suite_sha256: str
+    settings: ReportSettings
+    param_keys: list[str]  # params.json keys that define a cell (all but trial_id and seed)
+    trials: pd.DataFrame  # one row per trial directory: trial_id, status, last_step, error, ... + params
+    metrics: pd.DataFrame  # long (trial_id, step, loss_nonfinite, METRIC_KEYS...)
+    evals: pd.DataFrame  # long (trial_id, step, eval/acc)
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines; ([], 0) if absent."""
+    if not path.is_file():
+        return [], 0
+    lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    try:  # fast path: one parse for the whole file
+        rows = json.loads("[" + ",".join(lines) + "]")
+    except json.JSONDecodeError:
+        rows = []
+        for ln in lines:
+            try:
+                rows.append(json.loads(ln))
+            except json.JSONDecodeError:
+                continue
+    good = [r for r in rows if isinstance(r, dict)]
+    return good, len(lines) - len(good)
+
+
+def _to_float(value: Any) -> float:
+    """A JSON value as float; NaN for anything that is not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+def _column(rows: list[dict[str, Any]], key: str) -> np.ndarray:
+    """Values of ``key`` over ``rows`` as float (N,), NaN where absent, null or not a number."""
+    values = [r.get(key) for r in rows]
+    try:  # fast path: numbers and None (-> NaN)
+        return np.array(values, dtype=float)
+    except (TypeError, ValueError):
+        return np.fromiter((_to_float(v) for v in values), dtype=float, count=len(values))
+
+
+def _curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Step-sorted columns of ``rows``; rows without a numeric step are dropped, a repeated step keeps
+    its last row (a resumed run may rewrite steps)."""
+    steps = _column(rows, "step")
+    cols = {k: _column(rows, k) for k in keys}
+    if LOSS_KEY in keys:  # a logged NaN/inf/null loss is divergence; an absent loss is not
+        loss = cols.pop(LOSS_KEY)
+        present = np.fromiter((LOSS_KEY in r for r in rows), dtype=bool, count=len(rows))
+        cols["loss_nonfinite"] = present & ~np.isfinite(loss)
+    keep = ~np.isnan(steps)
+    steps = steps[keep]
+    order = np.argsort(steps, kind="stable")
+    _, last_first = np.unique(steps[order][::-1], return_index=True)  # last occurrence of each step
+    idx = order[::-1][last_first]
+    return {"step": steps[idx].astype(np.int64), **{k: v[keep][idx] for k, v in cols.items()}}
+
+
+def _read_status(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """status.json as a dict, with notes for a missing or unreadable file."""
+    path = trial_dir / "status.json"
+    if not path.is_file():
+        return {"status": "running"}, ["no status.json (shown as running)"]
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(status, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, OSError) as exc:
+        return {"status": "failed", "error": f"unreadable status.json: {exc}"}, ["unreadable status.json"]
+    return status, []
+
+
+def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """params.json with non-scalar values flattened to JSON text, with a note when missing/unreadable."""
+    path = trial_dir / "params.json"
+    try:
+        params = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(params, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        return {}, ["no params.json"]
+    except (ValueError, OSError):
+        return {}, ["unreadable params.json"]
+    flat = {k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True)
+            for k, v in params.items()}
+    return flat, []
+
+
+def _trial_dirs(results_dir: Path) -> list[Path]:
+    """Subdirectories holding at least one trial file, sorted by name."""
+    return sorted(
+        d for d in results_dir.iterdir()
+        if d.is_dir() and not d.name.startswith(".") and d.name not in NOT_TRIALS
+        and any((d / f).exists() for f in TRIAL_FILES)
+    )
+
+
+def _read_suite(results_dir: Path) -> tuple[dict[str, Any], str]:
+    """suite.yaml contents and its sha256; ValueError naming the path when it is not a suite dir."""
+    if not results_dir.is_dir():
+        raise ValueError(f"results dir {results_dir} does not exist; pass results/<suite> written by "
+                         "`stalebench run`")
+    path = results_dir / "suite.yaml"
+    if not path.is_file():
+        raise ValueError(f"{results_dir} is not a suite results dir (no suite.yaml); pass results/<suite> "
+                         "written by `stalebench run`")
+    raw = path.read_bytes()
+    try:
+        suite = yaml.safe_load(raw) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML ({exc.__class__.__name__}); fix or re-copy it") from exc
+    if not isinstance(suite, dict):
+        raise ValueError(f"{path} must be a YAML mapping; fix or re-copy it")
+    return suite, hashlib.sha256(raw).hexdigest()
+
+
+def load_suite(results_dir: Path) -> SuiteResults:
+    """Load ``results_dir`` (results/<suite>). Raises ValueError for a missing or non-suite dir."""
+    results_dir = Path(results_dir)
+    suite, sha = _read_suite(results_dir)
+    settings = ReportSettings.from_suite(suite)
+    dirs = _trial_dirs(results_dir)
+    if not dirs:
+        raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
+                         "suite first or pass another results dir")
+    trial_rows, metric_parts, eval_parts = [], [], []
+    for d in dirs:
+        params, notes = _read_params(d)
+        status, status_notes = _read_status(d)
+        metric_rows, bad_m = read_jsonl(d / "metrics.jsonl")
+        eval_rows, bad_e = read_jsonl(d / "eval.jsonl")
+        notes += status_notes
+        notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, "metrics.jsonl"),
+                                                                (bad_e, "eval.jsonl")) if n]
+        metric_parts.append((d.name, _curve(metric_rows, (LOSS_KEY, *METRIC_KEYS))))
+        eval_parts.append((d.name, _curve(eval_rows, (ACC_KEY,))))
+        trial_rows.append({
+            "trial_id": d.name,
+            **{k: v for k, v in params.items() if k != "trial_id"},
+            "has_params": bool(params),
+            "status": str(status.get("status", "running")),
+            "last_step": status.get("step"),
+            "error": status.get("error") or "",
+            "diverged_step": status.get("diverged_step"),
+            "notes": "; ".join(notes),
+        })
+    trials = pd.DataFrame(trial_rows)
+    for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
+        if key not in trials:
+            trials[key] = np.nan
+    param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in
+                  ("has_params", "status", "last_step", "error", "diverged_step", "notes")]
+    return SuiteResults(
+        path=results_dir,
+        name=str(suite.get("suite", results_dir.resolve().name)),
+        suite=suite,
+        suite_sha256=sha,
+        settings=settings,
+        param_keys=param_keys,
+        trials=trials,
+        metrics=_long_frame(metric_parts),
+        evals=_long_frame(eval_parts),
+    )
+
+
+def _long_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFrame:
+    """Concatenate per-trial column dicts into one long frame with a ``trial_id`` column."""
+    n = [len(cols["step"]) for _, cols in parts]
+    keys = parts[0][1].keys()
+    data = {k: np.concatenate([cols[k] for _, cols in parts]) for k in keys}
+    return pd.DataFrame({"trial_id": np.repeat([tid for tid, _ in parts], n), **data})

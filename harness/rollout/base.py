@@ -1,0 +1,42 @@
+"""The rollout engine interface."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Rollout:
+    """Responses to len(prompts) × n samples, prompt-major (responses of prompt j are rows j*n .. j*n+n-1).
+
+    prompt_ids:     (B, P) left-padded prompt tokens;  prompt_mask (B, P)
+    response_ids:   (B, T) response tokens, right-padded; response_mask (B, T) valid tokens (incl. EOS)
+    logp_behavior:  (B, T) log-prob of each response token under the generating policy (0 on padding)
+    version:        (B,) policy version (optimizer updates applied) that generated each response
+    texts:          decoded responses (special tokens stripped)
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    logp_behavior: torch.Tensor
+    version: torch.Tensor
+    texts: list[str]
+    seconds: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+
+class RolloutEngine(Protocol):
+    version: int
+
+    def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
+        """Sample n responses per prompt; temperature 0 = greedy."""
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Make the engine generate with `model`'s current weights, tagged as `version`."""

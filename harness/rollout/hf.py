@@ -1,0 +1,77 @@
+"""Rollouts with a transformers model: batched, KV-cached sampling on whatever device the model is on.
+
+The engine shares the trainer's model object, so `sync_weights` only advances the version tag.
+Behavior log-probs are log_softmax(logits / temperature) of the sampled token, recorded as sampled;
+they match a fresh forward pass of the same weights (tests check 1e-5).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .base import Rollout
+
+
+def position_ids_from(mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: 0 at each row's first real token."""
+    return (mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+class HFEngine:
+    def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.version = version
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        self.model = model
+        self.version = version
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
+        start = time.perf_counter()
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        enc = tok([p for p in prompts for _ in range(n)], add_special_tokens=False, padding=True, return_tensors="pt")
+        prompt_ids = enc["input_ids"].to(device)                                   # (B, P)
+        prompt_mask = enc["attention_mask"].to(device)
+        B = prompt_ids.shape[0]
+        gen = torch.Generator(device=device).manual_seed(seed)
+        was_training = self.model.training
+        self.model.eval()
+
+        attn = prompt_mask
+        out = self.model(input_ids=prompt_ids, attention_mask=attn, position_ids=position_ids_from(attn), use_cache=True)
+        cache = out.cache
+        logits = out.logits[:, -1].float()                                          # (B, V)
+        next_pos = attn.sum(-1, keepdim=True)                                       # (B, 1)
+        tokens, logps = [], []
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        alive_mask = []
+        for t in range(max_new_tokens):
+            if temperature > 0:
+                logprobs = torch.log_softmax(logits / temperature, dim=-1)
+                token = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(1)
+            else:
+                logprobs = torch.log_softmax(logits, dim=-1)
+                token = logits.argmax(-1)
+            token = torch.where(done, torch.full_like(token, tok.pad_token_id), token)
+            alive_mask.append(~done)
+            tokens.append(token)
+            logps.append(torch.where(done, torch.zeros(()), logprobs.gather(1, token[:, None]).squeeze(1)))
+            done = done | (token == tok.eos_token_id)
+            if bool(done.all()) or t == max_new_tokens - 1:
+                break
+            attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype, device=device)], dim=1)
+            out = self.model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos,
+                             cache=cache, use_cache=True)
+            cache = out.cache
+            logits = out.logits[:, -1].float()
+            next_pos = next_pos + 1
+        self.model.train(was_training)
+        response_ids = torch.stack(tokens, 1)                                       # (B, T)
+        response_mask = torch.stack(alive_mask, 1)
+        texts = tok.batch_decode(response_ids.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True)
+        return Rollout(prompt_ids, prompt_mask, response_ids, response_mask, torch.stack(logps, 1),
+                       torch.full((B,), self.version, dtype=torch.long), texts, time.perf_counter() - start)

@@ -1,0 +1,203 @@
+"""Suite files: strict loading and grid expansion into trials (pure; no Ray, no I/O beyond reading YAML).
+
+A suite is `suite`, `version`, `base` (a full run config), `grid` (dotted keys → value lists, crossed),
+`seeds`, `resources` and optional `overrides` (estimator → dotted settings, e.g. its tuned learning
+rate), `notes` and `report` (read by the report). Trial ids are readable and deterministic functions of
+the grid point and seed (`gmc_grpo-d16-e0.2-g8-s0`), so rerunning a suite finds its finished trials.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .config import ConfigError, RunConfig, build_run_config, from_dict, to_dict
+
+SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune")
+_ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: float = 1.0              # CPUs per trial
+    gpu: float = 0.0              # GPUs per trial
+    max_concurrent: int | None = None   # trials at once (default: as many as fit)
+    max_failures: int = 1         # retries of a trial that raised (transient failures)
+
+    def validate(self, key: str) -> None:
+        if self.cpu <= 0 or self.gpu < 0:
+            raise ConfigError(f"{key}: cpu must be > 0 and gpu >= 0; got cpu={self.cpu}, gpu={self.gpu}")
+
+
+@dataclass(frozen=True)
+class Trial:
+    trial_id: str
+    params: dict[str, Any]        # the grid point and seed (what distinguishes this trial)
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    version: int
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    seeds: list[int]
+    resources: Resources = field(default_factory=Resources)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+    tune: dict[str, Any] = field(default_factory=dict)
+    source: str = ""              # the suite file's text (hashed for provenance)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+
+def _fail(path: str, msg: str) -> ConfigError:
+    return ConfigError(f"{path}: {msg}")
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and validate a suite file; every problem is a one-line ConfigError naming the key."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such suite file; the predefined suites are in suites/")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise _fail(str(path), f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    suite = parse_suite(data, str(path), text)
+    expand(suite)                 # validates every trial's config
+    return suite
+
+
+def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
+    if not isinstance(data, Mapping):
+        raise _fail(where, "a suite file must be a mapping with keys " + ", ".join(SUITE_KEYS))
+    unknown = sorted(set(data) - set(SUITE_KEYS))
+    if unknown:
+        raise _fail(where, f"unknown key {unknown[0]!r}; valid keys: {', '.join(SUITE_KEYS)}")
+    for key in ("suite", "base"):
+        if key not in data:
+            raise _fail(where, f"missing key {key!r}")
+    name = data["suite"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail(where, f"suite: {name!r} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
+    version = data.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _fail(where, f"version: expected an integer; got {version!r}")
+    base = data["base"]
+    if not isinstance(base, Mapping):
+        raise _fail(where, "base: expected a mapping (a full run config)")
+    grid = data.get("grid") or {}
+    if not isinstance(grid, Mapping):
+        raise _fail(where, "grid: expected a mapping of dotted keys to lists of values")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise _fail(where, f"grid.{key}: expected a non-empty list of values; got {values!r}")
+        seen = [yaml.safe_dump(v) for v in values]
+        if len(set(seen)) != len(seen):
+            raise _fail(where, f"grid.{key}: duplicate values in {values!r}")
+        if key == "seed":
+            raise _fail(where, "grid.seed: list seeds under the top-level key 'seeds', not in the grid")
+    seeds = data.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise _fail(where, f"seeds: expected a non-empty list of integers; got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise _fail(where, f"seeds: duplicate values in {seeds!r}")
+    try:
+        resources = from_dict(Resources, data.get("resources") or {}, "resources")
+        resources.validate("resources")
+    except ConfigError as exc:
+        raise _fail(where, str(exc)) from None
+    overrides = data.get("overrides") or {}
+    if not isinstance(overrides, Mapping) or not all(isinstance(v, Mapping) for v in overrides.values()):
+        raise _fail(where, "overrides: expected a mapping of estimator name -> mapping of dotted keys")
+    for key in ("notes",):
+        if not isinstance(data.get(key, ""), str):
+            raise _fail(where, f"{key}: expected a string")
+    return Suite(name, version, dict(base), {k: list(v) for k, v in grid.items()}, list(seeds), resources,
+                 {k: dict(v) for k, v in overrides.items()}, data.get("notes", ""), dict(data.get("report") or {}),
+                 dict(data.get("tune") or {}), source)
+
+
+def _fmt(value: Any) -> str:
+    text = str(value)
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "x"
+
+
+def trial_id(params: Mapping[str, Any]) -> str:
+    """Readable id: algorithm, then d/e/g for delay/eps/group_size, other grid keys by their last name
+    segment, then s<seed>; e.g. gmc_grpo-d16-e0.2-g8-s0."""
+    parts = []
+    for key, value in params.items():
+        if key == "seed":
+            continue
+        short = _ABBREV.get(key)
+        parts.append(f"{short}{_fmt(value)}" if short is not None else f"{key.rsplit('.', 1)[-1]}{_fmt(value)}")
+    parts.append(f"s{params['seed']}")
+    return "-".join(parts)
+
+
+def expand(suite: Suite) -> list[Trial]:
+    """Every trial of the suite: the grid's cross product × seeds, in a stable order."""
+    keys = sorted(suite.grid, key=lambda k: (list(_ABBREV).index(k) if k in _ABBREV else len(_ABBREV), k))
+    trials, seen = [], {}
+    for values in itertools.product(*(suite.grid[k] for k in keys)):
+        for seed in suite.seeds:
+            params = {**dict(zip(keys, values)), "seed": seed}
+            algorithm = params.get("algorithm", suite.base.get("algorithm", "grpo"))
+            overrides = suite.overrides.get(str(algorithm), {})
+            try:
+                config = build_run_config(suite.base, {**overrides, **params})
+            except ConfigError as exc:
+                where = ", ".join(f"{k}={v}" for k, v in params.items())
+                raise ConfigError(f"{exc} (trial {where})") from None
+            tid = trial_id(params)
+            if tid in seen:
+                raise ConfigError(f"grid: trials {seen[tid]} and {params} get the same id {tid!r}; make the values distinct")
+            seen[tid] = params
+            trials.append(Trial(tid, params, config))
+    unknown = sorted(set(suite.overrides) - {str(t.config.algorithm) for t in trials})
+    if unknown:
+        raise ConfigError(f"overrides.{unknown[0]}: no trial of the suite uses this estimator")
+    return trials
+
+
+def select(trials: list[Trial], spec: str) -> Trial:
+    """The trial matching 'key=value,...' (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')."""
+    want = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ConfigError(f"--trial: {part!r} is not key=value (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')")
+        want[key.strip()] = yaml.safe_load(value)
+    matches = [t for t in trials if all(_match(t, k, v) for k, v in want.items())]
+    if len(matches) != 1:
+        ids = ", ".join(t.trial_id for t in matches[:5]) or "none"
+        raise ConfigError(f"--trial {spec!r} matches {len(matches)} trials ({ids}); add keys until exactly one matches")
+    return matches[0]
+
+
+def _match(trial: Trial, key: str, value: Any) -> bool:
+    if key in ("algo",):
+        key = "algorithm"
+    if key == "id":
+        return trial.trial_id == str(value)
+    flat = to_dict(trial.config)
+    for part in key.split("."):
+        if not isinstance(flat, Mapping) or part not in flat:
+            return False
+        flat = flat[part]
+    return flat == value or str(flat) == str(value)

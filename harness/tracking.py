@@ -1,0 +1,184 @@
+"""Tracking: always-on local result files for every trial, optionally mirrored to MLflow.
+
+Local files are the source of truth for reports (layout in results/README.md):
+    <trial_dir>/config.yaml, params.json, metrics.jsonl, eval.jsonl, status.json
+MLflow (embedded SQLite by default, a tracking server via MLFLOW_TRACKING_URI) is a mirror: one child
+run per trial under the suite's parent run. `mlflow` is imported only in this module.
+
+Resume without duplicates: rows are keyed by step. On resume the local files are cut back to the
+checkpoint's step, and the mirror skips steps MLflow already holds (a deterministic rerun reproduces them).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import yaml
+
+STATUSES = ("running", "completed", "failed", "diverged")
+
+
+class MetricSink(Protocol):
+    """Where a RunLog mirrors its rows (MLflow, or nothing)."""
+
+    def log_rows(self, rows: list[tuple[int, Mapping[str, float]]]) -> None: ...
+    def set_status(self, status: str, error: str | None) -> None: ...
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file; a truncated last line (a killed writer) is ignored."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _clean(row: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class RunLog:
+    """The result files of one trial (and their MLflow mirror)."""
+
+    def __init__(self, trial_dir: Path, sink: MetricSink | None = None, flush_every: int = 20):
+        self.dir = Path(trial_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sink = sink
+        self.flush_every = flush_every
+        self._pending: list[tuple[int, Mapping[str, float]]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, config: Mapping[str, Any], params: Mapping[str, Any], resume_step: int = 0) -> None:
+        """Write config/params and mark running; keep rows up to `resume_step` (0 = fresh start)."""
+        _write_atomic(self.dir / "config.yaml", yaml.safe_dump(dict(config), sort_keys=False))
+        _write_atomic(self.dir / "params.json", json.dumps(dict(params), indent=1))
+        for name in ("metrics.jsonl", "eval.jsonl"):
+            kept = [r for r in read_jsonl(self.dir / name) if r.get("step", 0) <= resume_step] if resume_step else []
+            _write_atomic(self.dir / name, "".join(json.dumps(r) + "\n" for r in kept))
+        self.status("running", step=resume_step)
+
+    def status(self, status: str, step: int, error: str | None = None, diverged_step: int | None = None,
+               extra: Mapping[str, Any] | None = None) -> None:
+        assert status in STATUSES, status
+        record = {"trial_id": self.dir.name, "status": status, "step": step, "error": error,
+                  "diverged_step": diverged_step, "updated_at": time.time(), **(extra or {})}
+        _write_atomic(self.dir / "status.json", json.dumps(record, indent=1))
+        if status != "running":
+            self.flush()
+            if self.sink is not None:
+                self.sink.set_status(status, error)
+
+    def read_status(self) -> dict[str, Any] | None:
+        path = self.dir / "status.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    # -- rows --------------------------------------------------------------------------------
+    def metrics(self, step: int, row: Mapping[str, Any]) -> None:
+        self._append("metrics.jsonl", step, row)
+
+    def eval(self, step: int, row: Mapping[str, Any]) -> None:
+        self._append("eval.jsonl", step, row)
+
+    def _append(self, name: str, step: int, row: Mapping[str, Any]) -> None:
+        record = {"step": step, **row}
+        with open(self.dir / name, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.sink is not None:
+            self._pending.append((step, _clean(row)))
+            if len(self._pending) >= self.flush_every:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.sink is not None and self._pending:
+            self.sink.log_rows(self._pending)
+        self._pending = []
+
+
+# ----------------------------------------------------------------------------------------------
+# MLflow
+# ----------------------------------------------------------------------------------------------
+
+_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. :/]")
+
+
+def mlflow_name(name: str) -> str:
+    """A metric or param name MLflow accepts (alphanumerics, _ - . space : /)."""
+    return _BAD_CHARS.sub("_", name)
+
+
+def default_tracking_uri(results_root: Path) -> str:
+    """MLFLOW_TRACKING_URI if set, else an embedded SQLite store results/mlflow.db."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    results_root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(results_root / 'mlflow.db').resolve()}"
+
+
+class MlflowSink:
+    """Mirror of one trial as an MLflow child run, found again by its trial id on resume."""
+
+    def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str | None, trial_id: str,
+                 params: Mapping[str, Any]):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self._mlflow = mlflow
+        self.client = MlflowClient(tracking_uri)
+        found = self.client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=1)
+        if found:
+            self.run_id = found[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            tags = {"trial_id": trial_id, "mlflow.runName": trial_id}
+            if parent_run_id:
+                tags["mlflow.parentRunId"] = parent_run_id
+            self.run_id = self.client.create_run(experiment_id, tags=tags, run_name=trial_id).info.run_id
+            from mlflow.entities import Param
+            items = [Param(mlflow_name(k), str(v)[:6000]) for k, v in params.items()]
+            for i in range(0, len(items), 100):
+                self.client.log_batch(self.run_id, params=items[i:i + 100])
+        # Per metric, the last step MLflow already holds (only non-empty when resuming).
+        self.logged_through = {key: max(m.step for m in self.client.get_metric_history(self.run_id, key))
+                               for key in self.client.get_run(self.run_id).data.metrics}
+
+    def log_rows(self, rows: list[tuple[int, Mapping[str, float]]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = []
+        for step, row in rows:
+            for key, value in row.items():
+                name = mlflow_name(key)
+                if step > self.logged_through.get(name, -1):
+                    metrics.append(Metric(name, value if math.isfinite(value) else float("nan"), now, step))
+                    self.logged_through[name] = step
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+
+    def set_status(self, status: str, error: str | None) -> None:
+        self.client.set_tag(self.run_id, "stalebench.status", status)
+        if error:
+            self.client.set_tag(self.run_id, "stalebench.error", error[:5000])
+        self.client.set_terminated(self.run_id, "FINISHED" if status in ("completed", "diverged") else "FAILED")
+
+    def log_artifacts(self, trial_dir: Path) -> None:
+        for name in ("config.yaml", "params.json", "metrics.jsonl", "eval.jsonl", "status.json"):
+            if (trial_dir / name).exists():
+                self.client.log_artifact(self.run_id, str(trial_dir / name))

@@ -1,0 +1,47 @@
+"""Shared fixtures: a tiny random-init Qwen3 model on disk (seconds to build, no warm start) and env."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data" / "benchmarks"
+
+
+def build_random_tiny_model(out: Path, seed: int = 0) -> Path:
+    """A randomly initialized Qwen3-architecture model with the addrev tokenizer, saved to `out`."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from harness.models import char_tokenizer
+    from harness.tasks.synthetic import ADDREV_VOCAB
+
+    tok = char_tokenizer(ADDREV_VOCAB)
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, head_dim=16, intermediate_size=64, max_position_embeddings=64,
+                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    Qwen3ForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_random_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def tiny_base(tiny_model_dir) -> dict:
+    """A `base` run config for fast mechanical tests: random tiny model, few steps, small batches."""
+    return {
+        "model": {"kind": "path", "path": str(tiny_model_dir)},
+        "task": {"name": "addrev", "eval_size": 32},
+        "train": {"steps": 6, "prompts_per_step": 4, "lr": 1e-3, "max_new_tokens": 6, "checkpoint_every": 2},
+        "eval": {"every_steps": 3},
+        "group_size": 4,
+    }

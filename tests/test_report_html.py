@@ -1,0 +1,242 @@
+"""End-to-end report: a synthetic results dir with awkward trials -> HTML, CSV, JSON, site; then a real
+headless browser (skipped when playwright or chromium is missing)."""
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.report import build_report, build_site
+from harness.report import html as report_html
+from harness.report.synthetic import write_jsonl, write_suite, write_trial
+
+HOSTILE = "<script>alert(1)</script>"
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+
+def make_results(root: Path) -> Path:
+    """3 algorithms x 2 delays x 2 seeds (grpo collapses at delay 8), plus: a failed trial, a running
+    trial (no status.json), a diverged trial (NaN loss), a truncated metrics line, a lab/ dir."""
+    suite = write_suite(root, HOSTILE, ("grpo", "gmc_grpo", "m2po"), (0, 8), (0, 1), collapse_delay=8,
+                        suite_extra={"notes": "<img src=x onerror=alert(2)> notes", "report": {"collapse": {
+                            "patience": 2}}})
+    base = {"eps": 0.2, "group_size": 8}
+    write_trial(suite, {"trial_id": "m2po-d8-s2", "algorithm": "m2po", "delay": 8, "seed": 2, **base},
+                [{"step": 1, "loss/value": 0.1}], None,
+                {"status": "failed", "step": 1, "error": "RuntimeError: <b>out of memory</b>",
+                 "diverged_step": None})
+    write_trial(suite, {"trial_id": "gmc_grpo-d8-s2", "algorithm": "gmc_grpo", "delay": 8, "seed": 2, **base},
+                [{"step": s, "loss/value": 0.1, "stale/mean": 8} for s in range(1, 6)],
+                [{"step": 0, "eval/acc": 0.23}], None)
+    write_trial(suite, {"trial_id": "gmc_grpo-d0-s2", "algorithm": "gmc_grpo", "delay": 0, "seed": 2, **base},
+                [{"step": 1, "loss/value": 0.2}, {"step": 2, "loss/value": float("nan")}],
+                [{"step": 0, "eval/acc": 0.23}, {"step": 2, "eval/acc": 0.5}],
+                {"status": "diverged", "step": 2, "error": "loss is NaN", "diverged_step": 2})
+    truncated = next(suite.glob("m2po-d0-*-s0")) / "metrics.jsonl"
+    with truncated.open("a") as f:
+        f.write('{"step": 41, "loss/va')
+    (suite / "lab").mkdir()
+    write_jsonl(suite / "lab" / "bias.jsonl", [{"G": 8, "bias": 0.1}])
+    return suite
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    suite = make_results(root / "results")
+    index = build_report(suite, root / "reports" / report_html.suite_slug(HOSTILE))
+    site = build_site(root / "reports")
+    return index, site
+
+
+def test_files_exist(built):
+    index, site = built
+    out = index.parent
+    for name in ("index.html", "results.json", "leaderboard.csv", "cells.csv", "trials.csv",
+                 "learning_curves.png", "accuracy_vs_delay.png", "survival.png", "staleness.png"):
+        assert (out / name).is_file(), name
+    assert not (out / "heatmap_delay_eps.png").exists()  # the grid does not vary eps
+    assert site.is_file() and site.parent == out.parent
+
+
+def test_every_trial_is_listed_with_its_status(built):
+    index, _ = built
+    bundle = json.loads((index.parent / "results.json").read_text())
+    assert bundle["schema_version"] == 1
+    status = {t["trial_id"]: t["status"] for t in bundle["trials"]}
+    assert len(status) == 3 * 2 * 2 + 3  # lab/ is not a trial
+    assert status["m2po-d8-s2"] == "failed"
+    assert status["gmc_grpo-d8-s2"] == "running"
+    assert status["gmc_grpo-d0-s2"] == "diverged"
+    notes = {t["trial_id"]: t["notes"] for t in bundle["trials"]}
+    assert "1 unreadable line(s) in metrics.jsonl" in notes["m2po-d0-e0.2-g8-s0"]
+    assert "no status.json" in notes["gmc_grpo-d8-s2"]
+    text = index.read_text()
+    for tid in ("m2po-d8-s2", "gmc_grpo-d8-s2", "gmc_grpo-d0-s2"):
+        assert tid in text
+    assert "RuntimeError: &lt;b&gt;out of memory&lt;/b&gt;" in text
+    with open(index.parent / "trials.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(status)
+
+
+def test_statistics_in_bundle(built):
+    index, _ = built
+    bundle = json.loads((index.parent / "results.json").read_text())
+    assert bundle["largest_delay"] == 8
+    board = bundle["leaderboard"]
+    assert [r["rank"] for r in board] == [1, 2, 3]
+    grpo = next(r for r in board if r["algorithm"] == "grpo")
+    assert grpo["rank"] == 3 and grpo["collapse_rate"] == 1.0  # collapses at delay 8
+    assert grpo["poi_vs_baseline"] is None  # the baseline itself
+    m2po = next(r for r in board if r["algorithm"] == "m2po")
+    assert m2po["seeds"] == 2 and m2po["n_failed"] == 1 and m2po["status_counts"] == "2 completed, 1 failed"
+    assert m2po["poi_vs_baseline"] == 1.0  # both m2po seeds beat both collapsed grpo seeds
+    assert m2po["ci_low"] <= m2po["iqm_final"] <= m2po["ci_high"]
+    diverged = next(c for c in bundle["cells"] if c["algorithm"] == "gmc_grpo" and c["delay"] == 0)
+    assert diverged["seeds"] == 3 and diverged["collapse_rate"] == pytest.approx(1 / 3)
+    assert bundle["collapse_rules"]["patience"] == 2  # from suite.yaml's report section
+    assert bundle["collapse_rules"]["entropy_max"] is None  # inf written as null
+
+
+def test_hostile_strings_are_escaped(built):
+    index, site = built
+    for page in (index, site):
+        text = page.read_text()
+        assert HOSTILE not in text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+        assert "<img src=x" not in text
+    assert "&lt;img src=x onerror=alert(2)&gt; notes" in index.read_text()
+
+
+def test_site_links_to_suite_page(built):
+    index, site = built
+    text = site.read_text()
+    assert f'href="{index.parent.name}/index.html"' in text
+    assert "stalebench leaderboards" in text
+
+
+def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
+    suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0,), (0,), steps=10)
+    figure = tmp_path / "lab.png"
+    shutil.copyfile(Path(report_html.__file__).parent / "templates" / "style.css", figure)  # any file
+    monkeypatch.setattr(report_html, "extra_sections", lambda d: [
+        report_html.Section("Lab <b>", "<p id='lab-fragment'>bias</p>", [figure])])
+    monkeypatch.chdir(tmp_path)
+    index = build_report(suite)
+    assert index == Path("reports") / "tiny" / "index.html"
+    text = index.read_text()
+    assert "Lab &lt;b&gt;" in text and "<p id='lab-fragment'>bias</p>" in text
+    assert (index.parent / "extra" / "0-lab.png").is_file()
+    assert "with one seed the band is the point" not in text  # one delay: no accuracy-vs-delay figure
+
+
+def test_report_of_only_unfinished_trials(tmp_path):
+    # one trial with only a status.json, one with only a truncated metrics line: no params anywhere
+    suite = tmp_path / "results" / "edge"
+    (suite / "t1").mkdir(parents=True)
+    (suite / "t2").mkdir()
+    (suite / "suite.yaml").write_text("suite: edge\n")
+    (suite / "t1" / "status.json").write_text('{"status": "failed", "error": "boom"}')
+    (suite / "t2" / "metrics.jsonl").write_text('{"step": 1, "loss/value": 1')
+    index = build_report(suite, tmp_path / "reports" / "edge")
+    bundle = json.loads((index.parent / "results.json").read_text())
+    assert bundle["leaderboard"] == [] and bundle["figures"] == []
+    notes = {t["trial_id"]: (t["status"], t["notes"]) for t in bundle["trials"]}
+    assert notes["t1"] == ("failed", "no params.json")
+    assert notes["t2"] == ("running", "no params.json; no status.json (shown as running); "
+                                      "1 unreadable line(s) in metrics.jsonl")
+    assert "boom" in index.read_text()
+
+
+def test_bad_results_dirs_raise_value_error(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        build_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no suite.yaml"):
+        build_report(tmp_path / "empty")
+    (tmp_path / "empty" / "suite.yaml").write_text("suite: empty\n")
+    with pytest.raises(ValueError, match="no trial directories"):
+        build_report(tmp_path / "empty")
+    (tmp_path / "empty" / "suite.yaml").write_text("suite: empty\nreport: {colapse: {}}\n")
+    with pytest.raises(ValueError, match="colapse.*valid keys"):
+        build_report(tmp_path / "empty")
+    with pytest.raises(ValueError, match="does not exist"):
+        build_site(tmp_path / "no-reports")
+
+
+def _browser():
+    """A headless Chromium (the Debian one), or skip with the reason."""
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright not installed (pip install playwright)")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install -y chromium)")
+    return sync_api.sync_playwright()
+
+
+def _open(browser, path: Path):
+    """A page at file://path, with lists collecting console errors, page errors and dialogs."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    problems: list[str] = []
+    page.on("console",
+            lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+
+    def on_dialog(dialog):
+        problems.append(f"dialog: {dialog.message}")
+        dialog.dismiss()
+    page.on("dialog", on_dialog)
+    page.goto(path.resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page, problems
+
+
+def _column(page, table: str, col: int) -> list[str]:
+    """The displayed text of one column, top to bottom."""
+    return page.eval_on_selector_all(f"#{table} tbody tr",
+                                     f"rows => rows.map(r => r.cells[{col}].textContent)")
+
+
+def test_report_and_site_in_a_real_browser(built):
+    index, site = built
+    with _browser() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        try:
+            page, problems = _open(browser, index)
+            widths = page.eval_on_selector_all(
+                "img", "imgs => imgs.map(i => [i.src, i.complete && i.naturalWidth])")
+            assert widths and all(w > 0 for _, w in widths), widths
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+
+            headers = page.eval_on_selector_all("#leaderboard-table thead th",
+                                                "hs => hs.map(h => h.textContent)")
+            algo_col = headers.index("algorithm")
+            iqm_col = headers.index("IQM final acc [95% CI]")
+            assert _column(page, "leaderboard-table", 0) == ["1", "2", "3"]  # ranked: best first
+            def iqms() -> list[float]:  # "0.558 [0.550, 0.565]" -> 0.558
+                return [float(x.split()[0]) for x in _column(page, "leaderboard-table", iqm_col)]
+            ranked_iqm = iqms()
+            assert ranked_iqm == sorted(ranked_iqm, reverse=True)
+            page.click(f"#leaderboard-table thead th:nth-child({iqm_col + 1})")  # ascending
+            assert iqms() == sorted(ranked_iqm)
+            assert _column(page, "leaderboard-table", 0) == ["3", "2", "1"]
+            page.click(f"#leaderboard-table thead th:nth-child({iqm_col + 1})")  # descending
+            assert _column(page, "leaderboard-table", 0) == ["1", "2", "3"]
+            page.click(f"#leaderboard-table thead th:nth-child({algo_col + 1})")
+            assert _column(page, "leaderboard-table", algo_col) == ["gmc_grpo", "grpo", "m2po"]
+            assert problems == []
+
+            page, problems = _open(browser, site)
+            assert page.title() == "stalebench leaderboards"
+            page.click("section.suite-entry h2 a")
+            page.wait_for_load_state("load")
+            assert page.url == index.resolve().as_uri()
+            assert page.eval_on_selector("h1", "h => h.textContent") == f"stalebench report: {HOSTILE}"
+            assert problems == []
+        finally:
+            browser.close()
