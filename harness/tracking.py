@@ -71,6 +71,12 @@ class RunLog:
         for name in ("metrics.jsonl", "eval.jsonl"):
             kept = [r for r in read_jsonl(self.dir / name) if r.get("step", 0) <= resume_step] if resume_step else []
             _write_atomic(self.dir / name, "".join(json.dumps(r) + "\n" for r in kept))
+            if self.sink is not None:
+                # Kept rows may never have reached the mirror (it is fed in batches, and the process may
+                # have been killed between a row and its flush): offer them again; the sink skips the
+                # steps it already holds.
+                self._pending.extend((r["step"], _clean({k: v for k, v in r.items() if k != "step"})) for r in kept)
+        self.flush()
         self.status("running", step=resume_step)
 
     def status(self, status: str, step: int, error: str | None = None, diverged_step: int | None = None,
@@ -150,6 +156,7 @@ class MlflowSink:
             if parent_run_id:
                 tags["mlflow.parentRunId"] = parent_run_id
             self.run_id = self.client.create_run(experiment_id, tags=tags, run_name=trial_id).info.run_id
+        if not found or not found[0].data.params:   # also when a killed process created the run but no params
             from mlflow.entities import Param
             items = [Param(mlflow_name(k), str(v)[:6000]) for k, v in params.items()]
             for i in range(0, len(items), 100):
@@ -182,3 +189,59 @@ class MlflowSink:
         for name in ("config.yaml", "params.json", "metrics.jsonl", "eval.jsonl", "status.json"):
             if (trial_dir / name).exists():
                 self.client.log_artifact(self.run_id, str(trial_dir / name))
+
+
+def _quiet_mlflow() -> None:
+    """MLflow and its database migrations log INFO lines to stderr ('Creating initial MLflow database
+    tables...'); a suite run shows its own progress instead."""
+    import logging
+
+    for name in ("mlflow", "alembic"):
+        logger = logging.getLogger(name)
+        if logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
+def open_suite_run(tracking_uri: str, experiment_name: str, run_name: str, tags: Mapping[str, str],
+                   artifact_location: str | None = None, artifacts: tuple[Path, ...] = ()) -> tuple[str, str]:
+    """(experiment_id, run_id): a new parent run in experiment `experiment_name`, which is created if missing.
+
+    Safe when several drivers create the same experiment at once (the loser of the race finds the
+    winner's), and restores an experiment of that name that was deleted in the UI.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    _quiet_mlflow()
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        try:
+            experiment_id = client.create_experiment(experiment_name, artifact_location=artifact_location)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            experiment = client.get_experiment_by_name(experiment_name)
+            if experiment is None:
+                raise
+            experiment_id = experiment.experiment_id
+    else:
+        experiment_id = experiment.experiment_id
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment_id)
+    run = client.create_run(experiment_id, tags={**tags, "mlflow.runName": run_name}, run_name=run_name)
+    for path in artifacts:
+        client.log_artifact(run.info.run_id, str(path))
+    return experiment_id, run.info.run_id
+
+
+def close_suite_run(tracking_uri: str, run_id: str, counts: Mapping[str, int], interrupted: bool = False) -> None:
+    """End a parent run: FINISHED unless a trial failed (FAILED) or the run was interrupted (KILLED)."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(f"trials/{k}", float(v), now, 0) for k, v in counts.items()])
+    status = "KILLED" if interrupted else "FAILED" if counts.get("failed") else "FINISHED"
+    client.set_terminated(run_id, status)

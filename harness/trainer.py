@@ -18,7 +18,7 @@ import torch
 from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context
 
 from .config import RunConfig, to_dict
-from .delay import DelayBuffer
+from .delay import AsyncProducer, DelayBuffer
 from .models import load_model, model_path
 from .rollout.base import Rollout
 from .rollout.hf import HFEngine, position_ids_from
@@ -74,17 +74,27 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2),
                                      weight_decay=tc.weight_decay)
         self.engine = HFEngine(self.model, self.tokenizer)
-        self.buffer = DelayBuffer(cfg.delay, tc.updates_per_batch, tc.steps)
         self.version = 0          # optimizer updates applied so far
         self.batches_done = 0
+        self.source: DelayBuffer | AsyncProducer = DelayBuffer(cfg.delay, tc.updates_per_batch, tc.steps, self.make_batch)
+
+    def start_async(self) -> None:
+        """Replace the exact delay buffer by a concurrent producer (config `async`), from the current state."""
+        tc = self.cfg.train
+        self.source = AsyncProducer(self.model, self.cfg.async_.max_staleness, tc.updates_per_batch, tc.steps,
+                                    lambda s, model, version: self.make_batch(s, HFEngine(model, self.tokenizer, version)),
+                                    start_batch=self.batches_done, start_version=self.version)
 
     # -- rollouts ----------------------------------------------------------------------------
-    def make_batch(self, index: int) -> Batch:
-        """Batch `index`: its prompts (fixed by seed and index) sampled G times by the current policy."""
+    def make_batch(self, index: int, engine: HFEngine | None = None) -> Batch:
+        """Batch `index`: its prompts (fixed by seed and index) sampled G times by the current policy
+        (or by `engine`'s, for the asynchronous producer)."""
         cfg, P = self.cfg, self.cfg.train.prompts_per_step
         problems = [self.train_problems[(index * P + j) % len(self.train_problems)] for j in range(P)]
-        self.engine.sync_weights(self.model, self.version)
-        r = self.engine.generate([p.prompt for p in problems], n=cfg.group_size, temperature=cfg.train.temperature,
+        if engine is None:
+            engine = self.engine
+            engine.sync_weights(self.model, self.version)
+        r = engine.generate([p.prompt for p in problems], n=cfg.group_size, temperature=cfg.train.temperature,
                                  max_new_tokens=cfg.train.max_new_tokens, seed=batch_seed(cfg.seed, index))
         rewards = torch.tensor([self.task.reward(text, problems[i // cfg.group_size]) for i, text in enumerate(r.texts)])
         group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
@@ -111,6 +121,8 @@ class Trainer:
         for i in range(0, B, micro):
             rows = slice(i, i + micro)
             logp, entropy = token_logp(self.model, r, rows, tc.temperature)
+            if not torch.isfinite(logp.detach()[mask[rows]]).all():
+                raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows])
             out = compute_loss(cfg.algorithm, inp, eps=cfg.eps, aggregation=tc.aggregation, max_tokens=tc.max_new_tokens,
                                context=None if context is None else context.rows(rows), **totals, **cfg.params)
@@ -119,7 +131,7 @@ class Trainer:
                 raise Diverged("loss is NaN/inf")
             loss.backward()
             share = (min(i + micro, B) - i) / B
-            loss_sum += float(loss)
+            loss_sum += float(loss.detach())
             for k, v in out.metrics.items():
                 metric_sums[k] = metric_sums.get(k, 0.0) + share * v
             logps.append(logp.detach())
@@ -163,7 +175,7 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "buffer": self.buffer.state_dict(),
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "source": self.source.state_dict(),
                     "version": self.version, "batches_done": self.batches_done}, tmp)
         os.replace(tmp, path)
 
@@ -171,7 +183,7 @@ class Trainer:
         state = torch.load(path, weights_only=False)
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
-        self.buffer.load_state_dict(state["buffer"])
+        self.source.load_state_dict(state["source"])
         self.version, self.batches_done = state["version"], state["batches_done"]
 
 
@@ -209,18 +221,28 @@ def train(cfg: RunConfig, log: RunLog, params: dict[str, Any], progress: bool = 
     if ckpt.exists():
         trainer.load(ckpt)
     log.start(to_dict(cfg), params, resume_step=trainer.batches_done)
-    steps, k = cfg.train.steps, cfg.train.updates_per_batch
     if trainer.batches_done == 0:
         log.eval(0, trainer.evaluate())
+    if cfg.async_ is not None:
+        trainer.start_async()
+    try:
+        return _loop(trainer, log, ckpt, progress)
+    finally:
+        trainer.source.close()
+
+
+def _loop(trainer: Trainer, log: RunLog, ckpt: Path, progress: bool) -> str:
+    cfg = trainer.cfg
+    steps, k = cfg.train.steps, cfg.train.updates_per_batch
     bar = _progress(steps, trainer.batches_done, progress)
     for s in range(trainer.batches_done, steps):
         start = time.perf_counter()
         rows = []
         try:
             for j in range(k):
-                trainer.buffer.fill(trainer.version, trainer.make_batch)
+                trainer.source.ready(trainer.version)
                 if j == 0:
-                    batch = trainer.buffer.take(s)
+                    batch = trainer.source.take(s)
                 row = rollout_metrics(batch, trainer.version)
                 row.update(trainer.update(batch))
                 trainer.version += 1

@@ -4,6 +4,8 @@ headless browser (skipped when playwright or chromium is missing)."""
 import csv
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,16 @@ def test_site_links_to_suite_page(built):
     assert "stalebench leaderboards" in text
 
 
+def test_site_lists_an_unreadable_bundle_instead_of_dropping_it(tmp_path):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text('{"schema_version": 1, "lead')
+    (tmp_path / "future").mkdir()
+    (tmp_path / "future" / "results.json").write_text('{"schema_version": 2}')
+    text = build_site(tmp_path).read_text()
+    assert 'href="broken/index.html"' in text and "unreadable results.json" in text
+    assert "schema_version 2, expected 1" in text
+
+
 def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
     suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0,), (0,), steps=10)
     figure = tmp_path / "lab.png"
@@ -165,6 +177,22 @@ def test_bad_results_dirs_raise_value_error(tmp_path):
         build_report(tmp_path / "empty")
     with pytest.raises(ValueError, match="does not exist"):
         build_site(tmp_path / "no-reports")
+
+
+def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
+    # build a report in a fresh interpreter, then list what got imported
+    code = (
+        "import sys, json; from pathlib import Path; from harness.report import build_report; "
+        "from harness.report.synthetic import write_suite; "
+        f"d = write_suite(Path({str(tmp_path)!r}), 'imports', ('grpo',), (0, 2), (0,), steps=10); "
+        f"build_report(d, Path({str(tmp_path / 'out')!r})); print(json.dumps(sorted(sys.modules)))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    forbidden = ("torch", "ray", "transformers", "mlflow", "harness.trainer", "algorithms")
+    assert not [m for m in loaded if m.split(".")[0] in forbidden or m.startswith(forbidden)]
 
 
 def _browser():

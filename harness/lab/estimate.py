@@ -269,11 +269,11 @@ def summarize(grads: Tensor, target: Tensor, grad_j: Tensor, refs: Mapping[str, 
 
 
 def measure(pair: Pair, specs: Mapping[str, Spec], *, G: int, n_groups: int, adv_mode: str, aggregation: str,
-            seed: int, max_loop_groups: int = 256) -> dict[str, dict[str, float]]:
+            seed: int, max_loop_groups: int = 256, refs: tuple[str, ...] = ("tis", "is")) -> dict[str, dict[str, float]]:
     """Measurements of every estimator in `specs` (label -> Spec) on one shared draw of `n_groups` groups.
 
-    Returns {"pair": exact facts of the pair, <label>: summarize(...), ...}. The references (plain
-    trajectory IS as "tis", is_none at the first spec's ε as "is") share the draw, so biases are paired.
+    Returns {"pair": exact facts of the pair, <label>: summarize(...), ...}. The references `refs` (plain
+    trajectory IS "tis", is_none "is" at the first spec's ε) share the draw, so biases are paired.
     """
     problem = pair.problem
     gen = torch.Generator().manual_seed(int(seed))
@@ -282,10 +282,11 @@ def measure(pair: Pair, specs: Mapping[str, Spec], *, G: int, n_groups: int, adv
     grad_j = policy.exact_gradient(problem, pair.theta).reshape(-1)
     target = target_scale(problem, J, G, adv_mode) * grad_j
     eps_is = next(iter(specs.values())).eps if specs else 0.2
-    refs = {"tis": Spec(TRAJ_IS[0], TRAJ_IS[1]), "is": Spec(TOKEN_IS, eps_is)}
-    grads = per_group_gradients(pair, seqs, {**{f"ref:{k}": v for k, v in refs.items()}, **specs},
+    ref_specs = {k: v for k, v in {"tis": Spec(TRAJ_IS[0], TRAJ_IS[1]), "is": Spec(TOKEN_IS, eps_is)}.items()
+                 if k in refs}
+    grads = per_group_gradients(pair, seqs, {**{f"ref:{k}": v for k, v in ref_specs.items()}, **specs},
                                 adv_mode=adv_mode, aggregation=aggregation, max_loop_groups=max_loop_groups)
-    ref_grads = {k: grads[f"ref:{k}"][0] for k in refs}
+    ref_grads = {k: grads[f"ref:{k}"][0] for k in ref_specs}
     result = {"pair": {
         "J": J, "kl_behavior": policy.kl(problem, pair.theta_b, pair.theta),
         "chi2": policy.chi2(problem, pair.theta_b, pair.theta), "target_norm": float(target.norm()),

@@ -30,6 +30,7 @@ CLIP, CAP = "tic_grpo", "gmc_grpo"           # trajectory clipping, group mass c
 
 
 def g_kls(lab: LabConfig) -> list[float]:
+    """The divergences of the G sweep: the suite's lab.kl plus 0.2 and 1.0 nats."""
     return sorted({round(lab.kl, 6), 0.2, 1.0})
 
 
@@ -92,7 +93,8 @@ def run_sweeps(lab: LabConfig, *, eps: float, algorithms: Iterable[str], adv_mod
     for kl in g_kls(lab):
         pair = _pair(problem, theta0, kl, pseed)
         for G in lab.sweep_group_sizes:
-            res = estimate.measure(pair, {n: spec(n, eps) for n in FOCUS}, G=G, seed=next_seed(), **common)
+            res = estimate.measure(pair, {n: spec(n, eps) for n in FOCUS}, G=G, seed=next_seed(), refs=("tis",),
+                                   **common)
             by_g += _rows(res, kl=kl, G=G, eps=eps)
     G = lab.sweep_group_size
     pair = _pair(problem, theta0, lab.kl, pseed)

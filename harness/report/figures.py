@@ -63,7 +63,7 @@ class PlotData:
 
 def _slice_labels(df: pd.DataFrame, other: list[str]) -> list[str]:
     """Per row, ``key=value`` for each of ``other`` ("" when nothing else varies)."""
-    return [" ".join(f"{k}={r[k]}" for k in other) for r in df.to_dict("records")]
+    return [" ".join(f"{k}={show(r[k])}" for k in other) for r in df.to_dict("records")]
 
 
 def _seed_range(counts: pd.Series) -> str:

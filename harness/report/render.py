@@ -62,8 +62,8 @@ def _text(key: str) -> Callable[[dict[str, Any]], Cell]:
         v = r.get(key)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return DASH, ""
-        f = _num(v)
-        return str(v), (f if f is not None and not isinstance(v, bool) else str(v))
+        f = None if isinstance(v, bool) else _num(v)
+        return (str(v), str(v)) if f is None else (show(v), f)
     return value
 
 
@@ -135,7 +135,7 @@ def unfinished_columns() -> list[Column]:
 
 def show(value: Any) -> str:
     """A grid value as text: integral floats without '.0', NaN/None as 'n/a'."""
-    f = _num(value)
+    f = None if isinstance(value, bool) else _num(value)
     if f is None:
         return "n/a" if value is None or isinstance(value, float) else str(value)
     return str(int(f)) if f.is_integer() else str(value)

@@ -19,6 +19,7 @@ import pandas as pd
 from harness.report import collapse as col
 from harness.report import stats
 from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults
+from harness.report.render import show
 
 FINISHED = ("completed", "diverged")
 STATUSES = ("completed", "diverged", "failed", "running")
@@ -78,7 +79,7 @@ def varying_keys(trials: pd.DataFrame, keys: list[str]) -> list[str]:
 
 def config_label(row: pd.Series | dict, other: list[str]) -> str:
     """``algorithm`` plus ``key=value`` for every other varying key, e.g. ``m2po eps=0.2``."""
-    parts = [str(row["algorithm"])] + [f"{k}={row[k]}" for k in other]
+    parts = [str(row["algorithm"])] + [f"{k}={show(row[k])}" for k in other]
     return " ".join(parts)
 
 

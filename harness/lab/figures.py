@@ -1,0 +1,140 @@
+"""Figures of the estimator-lab report section (matplotlib Figure objects, Agg, no pyplot state).
+
+Each function writes one PNG into out_dir and returns its file name. Inputs are the plain data of
+sweeps.run_sweeps (rows of dicts) and results.LabTrial lists; no torch.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from .results import LabTrial
+
+DPI = 90
+COLORS = dict(zip(["gmc_grpo", "tic_grpo", "grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis"],
+                  sns.color_palette("colorblind", 9)))
+
+
+def _color(name: str) -> Any:
+    return COLORS.get(name, (0.4, 0.4, 0.4))
+
+
+def _save(fig: Figure, out_dir: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out_dir / name, dpi=DPI)
+    return name
+
+
+def _errorbars(ax: Any, x: np.ndarray, y: np.ndarray, se: np.ndarray, label: str, color: Any) -> None:
+    """Resolved points (y > 2 se) with 1-SE bars; unresolved ones as open triangles at the 2-SE bound."""
+    ok = y > 2 * se
+    ax.errorbar(x[ok], y[ok], yerr=se[ok], fmt="o-", ms=4, capsize=2, color=color, label=label)
+    if (~ok).any():
+        ax.scatter(x[~ok], np.maximum(2 * se[~ok], 1e-12), marker="v", facecolors="none", edgecolors=color)
+
+
+def bias_vs_g(by_g: list[dict[str, Any]], fits: dict[tuple[float, str], dict[str, Any]], out_dir: Path) -> str:
+    kls = sorted({r["kl"] for r in by_g})
+    fig = Figure(figsize=(3.6 * len(kls), 3.0))
+    for i, kl in enumerate(kls):
+        ax = fig.add_subplot(1, len(kls), i + 1)
+        for name in sorted({r["estimator"] for r in by_g}):
+            rows = sorted((r for r in by_g if r["kl"] == kl and r["estimator"] == name), key=lambda r: r["G"])
+            x = np.array([r["G"] for r in rows], float)
+            _errorbars(ax, x, np.array([r["bias_tis"] for r in rows]), np.array([r["bias_tis_se"] for r in rows]),
+                       name, _color(name))
+            fit = fits.get((kl, name))
+            if fit and math.isfinite(fit["slope"]):
+                xs = np.array(fit["x_used"])
+                ax.plot(xs, np.exp(fit["intercept"]) * xs ** fit["slope"], "--", color=_color(name), lw=1,
+                        label=f"slope {fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}]")
+        ax.set(xscale="log", yscale="log", xlabel="group size G", ylabel="‖E[ĝ − ĝ_trajIS]‖",
+               title=f"KL(π_b‖π_θ) = {kl:g}")
+        ax.legend(fontsize=6)
+    return _save(fig, out_dir, "lab_bias_vs_g.png")
+
+
+def bias_vs_eps(by_eps: list[dict[str, Any]], delta: list[dict[str, Any]], out_dir: Path) -> str:
+    fig = Figure(figsize=(7.4, 3.0))
+    ax = fig.add_subplot(1, 2, 1)
+    for name in sorted({r["estimator"] for r in by_eps}):
+        rows = sorted((r for r in by_eps if r["estimator"] == name), key=lambda r: r["eps"])
+        _errorbars(ax, np.array([r["eps"] for r in rows]), np.array([r["bias_tis"] for r in rows]),
+                   np.array([r["bias_tis_se"] for r in rows]), name, _color(name))
+    ax.set(xscale="log", yscale="log", xlabel="ε", ylabel="‖E[ĝ − ĝ_trajIS]‖", title="bias vs ε")
+    ax.legend(fontsize=7)
+    ax = fig.add_subplot(1, 2, 2)
+    eps = [r["eps"] for r in delta]
+    ax.plot(eps, [r["delta_gmc_mean"] for r in delta], "o-", color=_color("gmc_grpo"), label="δ_GMC (mean)")
+    ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color("tic_grpo"), label="δ_clip (mean)")
+    ax.set(xscale="log", xlabel="ε", ylabel="max_i |1 − w_i/r_i|", title="weight distortion per group")
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir, "lab_bias_vs_eps.png")
+
+
+def bias_vs_kl(by_kl: list[dict[str, Any]], out_dir: Path) -> str:
+    fig = Figure(figsize=(11.0, 3.0))
+    panels = (("bias_true", "‖E ĝ − g*‖"), ("second_moment", "E‖ĝ‖²"), ("cosine_mean", "cos(E ĝ, ∇J)"))
+    for i, (key, label) in enumerate(panels):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for name in sorted({r["estimator"] for r in by_kl}):
+            rows = sorted((r for r in by_kl if r["estimator"] == name), key=lambda r: r["kl"])
+            x = np.array([r["pair_kl"] for r in rows])
+            y = np.array([r[key] for r in rows])
+            se = np.array([r.get(f"{key}_se", 0.0) for r in rows])
+            ax.errorbar(x, y, yerr=se, fmt="o-", ms=3, capsize=2, color=_color(name), label=name)
+        ax.set(xscale="log", xlabel="KL(π_b‖π_θ) (nats)", ylabel=label)
+        if key != "cosine_mean":
+            ax.set_yscale("log")
+    fig.axes[0].legend(fontsize=6)
+    return _save(fig, out_dir, "lab_bias_vs_kl.png")
+
+
+def _by_algo_delay(trials: list[LabTrial], value: Any) -> dict[str, dict[int, list[float]]]:
+    out: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in trials:
+        out[t.algorithm][t.delay].append(value(t))
+    return out
+
+
+def convergence(trials: list[LabTrial], out_dir: Path) -> str:
+    fig = Figure(figsize=(11.0, 3.0))
+    for i, (label, value) in enumerate((("1 − final eval/acc", lambda t: 1 - t.final_acc),
+                                        ("1 − mean eval/acc over the run", lambda t: 1 - t.auc_acc))):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for name, by_d in sorted(_by_algo_delay(trials, value).items()):
+            d = np.array(sorted(by_d))
+            m = np.array([np.mean(by_d[k]) for k in d])
+            se = np.array([np.std(by_d[k], ddof=1) / math.sqrt(len(by_d[k])) if len(by_d[k]) > 1 else 0 for k in d])
+            ax.errorbar(d + 1, m, yerr=se, fmt="o-", ms=3, capsize=2, color=_color(name), label=name)
+        ax.set(xscale="log", xlabel="delay d + 1", ylabel=label)
+    fig.axes[0].legend(fontsize=6)
+    ax = fig.add_subplot(1, 3, 3)
+    d_max = max(t.delay for t in trials)
+    for name in sorted({t.algorithm for t in trials}):
+        runs = [t for t in trials if t.algorithm == name and t.delay == d_max and t.acc.size]
+        n = min(r.acc.size for r in runs) if runs else 0
+        if n:
+            ax.plot(runs[0].steps[:n], np.mean([r.acc[:n] for r in runs], axis=0), color=_color(name), label=name)
+    ax.set(xlabel="step", ylabel="eval/acc (exact J)", title=f"mean curve at delay {d_max}")
+    return _save(fig, out_dir, "lab_convergence.png")
+
+
+def bias_vs_outcome(trials: list[LabTrial], out_dir: Path) -> str:
+    fig = Figure(figsize=(7.4, 3.0))
+    for i, key in enumerate(("lab/bias_true", "lab/second_moment")):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for name in sorted({t.algorithm for t in trials}):
+            pts = [(t.measured[key], 1 - t.auc_acc) for t in trials if t.algorithm == name and key in t.measured]
+            if pts:
+                ax.scatter(*zip(*pts), s=12, color=_color(name), label=name)
+        ax.set(xlabel=f"{key} at the trial's pair", ylabel="1 − mean eval/acc")
+        ax.set_xscale("symlog", linthresh=1e-4)
+    fig.axes[0].legend(fontsize=6)
+    return _save(fig, out_dir, "lab_bias_vs_outcome.png")
