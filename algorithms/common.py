@@ -88,18 +88,19 @@ def validate(inp: LossInputs) -> LossInputs:
     mask = inp.mask.bool()
     if not bool(mask.any()):
         raise ValueError("mask selects no token: the batch is all padding")
-    for name in ("logp", "logp_behavior", "logp_proximal"):
-        t = getattr(inp, name)
-        if t is not None and not bool(torch.isfinite(t.detach()[mask]).all()):
-            raise ValueError(f"{name} has NaN or inf on valid (masked-in) tokens")
-    if not bool(torch.isfinite(inp.advantages).all()):
-        raise ValueError("advantages has NaN or inf")
-
     def clean(t: Tensor | None) -> Tensor | None:
         return None if t is None else torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
 
-    return LossInputs(clean(inp.logp), clean(inp.logp_behavior.detach()), inp.advantages.detach(),
-                      mask, inp.group_ids, clean(None if inp.logp_proximal is None else inp.logp_proximal.detach()))
+    cleaned = {"logp": clean(inp.logp), "logp_behavior": clean(inp.logp_behavior.detach()),
+               "logp_proximal": clean(None if inp.logp_proximal is None else inp.logp_proximal.detach())}
+    for name, t in cleaned.items():
+        # Padding is 0 now, so this checks the valid tokens (without a masked copy of the tensor).
+        if t is not None and not bool(torch.isfinite(t.detach()).all()):
+            raise ValueError(f"{name} has NaN or inf on valid (masked-in) tokens")
+    if not bool(torch.isfinite(inp.advantages).all()):
+        raise ValueError("advantages has NaN or inf")
+    return LossInputs(cleaned["logp"], cleaned["logp_behavior"], inp.advantages.detach(), mask, inp.group_ids,
+                      cleaned["logp_proximal"])
 
 
 # ----------------------------------------------------------------------------------------------

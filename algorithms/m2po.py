@@ -44,13 +44,12 @@ def second_moment_mask(m2: torch.Tensor, mask: torch.Tensor, tau: float) -> torc
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     x = torch.where(mask, m2.to(torch.float64), zero)   # (B, T); float64 so that `> tau` compares exactly
     cand = mask & (x > tau)                                                          # (B, T)
-    base = mask & ~cand
-    base_sum = torch.where(base, x, zero).sum()
-    base_count = base.sum()
     desc = torch.sort(x[cand], descending=True).values                              # (n_cand,)
     n_cand = desc.numel()
     if n_cand == 0:
         return mask.clone()
+    base_sum = torch.where(cand, zero, x).sum()                  # Σ m2 over valid tokens with m2 ≤ τ
+    base_count = mask.sum() - n_cand
     suffix_sum = base_sum + torch.flip(torch.cumsum(torch.flip(desc, [0]), 0), [0])   # kept sum after k drops
     kept_count = base_count + torch.arange(n_cand, 0, -1, device=dev)
     ok = suffix_sum / kept_count <= tau                                              # (n_cand,)
@@ -58,10 +57,13 @@ def second_moment_mask(m2: torch.Tensor, mask: torch.Tensor, tau: float) -> torc
     if n_drop == 0:
         return mask.clone()
     cut = desc[n_drop - 1]                                                           # smallest dropped value
-    n_tie_drop = n_drop - int((desc[:n_drop] > cut).sum())
+    n_above = int((desc[:n_drop] > cut).sum())
+    n_tied = int((desc == cut).sum())
+    if n_above + n_tied == n_drop:                       # every token equal to the cut is dropped
+        return mask & (x < cut)
     tie = cand & (x == cut)
     tie_rank = torch.cumsum(tie.flatten(), 0).view(tie.shape)                     # 1, 2, … in row-major order
-    drop = (cand & (x > cut)) | (tie & (tie_rank <= n_tie_drop))
+    drop = (cand & (x > cut)) | (tie & (tie_rank <= n_drop - n_above))
     return mask & ~drop
 
 

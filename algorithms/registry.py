@@ -93,7 +93,13 @@ def prepare_context(name: str, inp: LossInputs, *, eps: float = 0.2, **params: o
     check_params(name, params)
     if est.prepare is None:
         return BatchContext()
-    inp = validate(inp)
+    return _prepare(est, validate(inp), eps, params)
+
+
+def _prepare(est: Estimator, inp: LossInputs, eps: float, params: dict[str, object]) -> BatchContext:
+    """`prepare_context` on inputs that `validate` has already returned."""
+    if est.prepare is None:
+        return BatchContext()
     with torch.no_grad():
         detached = LossInputs(inp.logp.detach(), inp.logp_behavior, inp.advantages, inp.mask,
                               inp.group_ids, inp.logp_proximal)
@@ -121,7 +127,7 @@ def compute_loss(name: str, inp: LossInputs, *, eps: float = 0.2, aggregation: s
         raise ValueError(f"eps must be > 0; got {eps}")
     inp = validate(inp)
     if context is None:
-        context = prepare_context(name, inp, eps=eps, **params)
+        context = _prepare(est, inp, eps, params)            # inputs validated once, not twice
     token_loss, metrics = est.token_loss(inp, context, eps=eps, **_pick(est.token_loss, params))
     loss = aggregate(token_loss, inp.mask, aggregation, total_tokens=total_tokens,
                      total_seqs=total_seqs, max_tokens=max_tokens)

@@ -46,9 +46,12 @@ class ModelConfig:
     warmup_target_acc: float = 0.2         # stop the warm start once greedy held-out accuracy reaches this
     warmup_seed: int = 0                   # the base model is a function of its recipe, not the trial seed
     dtype: str = "float32"                 # float32 | bfloat16
+    device: str = "auto"                   # auto (cuda when available) | cpu
     engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`)
+    behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
     backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
     zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
+    zero_offload: bool = False             # DeepSpeed: keep optimizer states on the CPU
     gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm)
 
     def validate(self, key: str) -> None:
@@ -57,6 +60,8 @@ class ModelConfig:
             raise ConfigError(f"{key}.path: required when {key}.kind is 'path' (a local model directory)")
         _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
         _choice(f"{key}.engine", self.engine, ("hf", "vllm"))
+        _choice(f"{key}.device", self.device, ("auto", "cpu"))
+        _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
         _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
         _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "warmup_lr", "warmup_max_steps"):

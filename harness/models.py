@@ -95,7 +95,6 @@ def _threads(n: int):
 
 
 def _build_tiny_model(cfg: ModelConfig, task_cfg: TaskConfig, spec: dict, out: Path) -> None:
-    from .rollout.hf import HFEngine
     from .tasks import make_task
     from .tasks.synthetic import ADDREV_VOCAB
 

@@ -33,6 +33,10 @@ class Resources:
     def validate(self, key: str) -> None:
         if self.cpu <= 0 or self.gpu < 0:
             raise ConfigError(f"{key}: cpu must be > 0 and gpu >= 0; got cpu={self.cpu}, gpu={self.gpu}")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ConfigError(f"{key}.max_concurrent: must be >= 1 (or omitted: as many as fit); got {self.max_concurrent}")
+        if self.max_failures < -1:
+            raise ConfigError(f"{key}.max_failures: must be >= -1 (-1: retry forever); got {self.max_failures}")
 
 
 @dataclass(frozen=True)

@@ -245,3 +245,14 @@ def close_suite_run(tracking_uri: str, run_id: str, counts: Mapping[str, int], i
     client.log_batch(run_id, metrics=[Metric(f"trials/{k}", float(v), now, 0) for k, v in counts.items()])
     status = "KILLED" if interrupted else "FAILED" if counts.get("failed") else "FINISHED"
     client.set_terminated(run_id, status)
+
+
+def log_metrics_to_run(tracking_uri: str, run_id: str, metrics: Mapping[str, float]) -> None:
+    """Log `metrics` (name -> value, at step 0) to the existing MLflow run `run_id`, e.g. `eval/gsm8k/acc`."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    _quiet_mlflow()
+    now = int(time.time() * 1000)
+    batch = [Metric(mlflow_name(k), float(v), now, 0) for k, v in metrics.items()]
+    MlflowClient(tracking_uri).log_batch(run_id, metrics=batch)

@@ -6,8 +6,6 @@ docs/metrics.md) go to the trial's RunLog, one row per consumed batch.
 """
 from __future__ import annotations
 
-import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +15,11 @@ import torch
 
 from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context
 
+from .backends import make_backend
 from .config import RunConfig, to_dict
 from .delay import AsyncProducer, DelayBuffer
 from .models import load_model, model_path
+from .rollout import make_engine
 from .rollout.base import Rollout
 from .rollout.hf import HFEngine, position_ids_from
 from .tasks import Problem, task_from_config
@@ -37,6 +37,7 @@ class Batch:
     rollout: Rollout
     rewards: torch.Tensor          # (B,)
     group_ids: torch.Tensor        # (B,)
+    engine_gap: float | None = None   # max |engine log-prob − trainer recomputation| (external engines)
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -63,17 +64,19 @@ class Trainer:
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
         path = model_path(cfg.model, cfg.task)
+        self.device = torch.device("cuda" if torch.cuda.is_available() and cfg.model.device != "cpu" else "cpu")
         self.model, self.tokenizer = load_model(path, cfg.model.dtype)
-        self.model.train()
-        self.ref_model = load_model(path, cfg.model.dtype)[0].eval() if cfg.train.kl_beta > 0 else None
+        self.model.to(self.device).train()
+        self.ref_model = load_model(path, cfg.model.dtype)[0].to(self.device).eval() if cfg.train.kl_beta > 0 else None
         self.task = task_from_config(cfg.task.name, cfg.task.eval_size, cfg.task.data_dir)
         tc = cfg.train
         self.train_problems = self.task.problems("train", tc.steps * tc.prompts_per_step if cfg.task.train_size is None
                                                  else cfg.task.train_size, cfg.seed)
         self.eval_problems = self.task.problems("eval", cfg.eval.size or cfg.task.eval_size, 0)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2),
-                                     weight_decay=tc.weight_decay)
-        self.engine = HFEngine(self.model, self.tokenizer)
+        B = tc.prompts_per_step * cfg.group_size
+        self.backend = make_backend(self.model, cfg, micro_batches=-(-B // (tc.micro_batch_size or B)))
+        self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
+                                  gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed)
         self.version = 0          # optimizer updates applied so far
         self.batches_done = 0
         self.source: DelayBuffer | AsyncProducer = DelayBuffer(cfg.delay, tc.updates_per_batch, tc.steps, self.make_batch)
@@ -96,9 +99,19 @@ class Trainer:
             engine.sync_weights(self.model, self.version)
         r = engine.generate([p.prompt for p in problems], n=cfg.group_size, temperature=cfg.train.temperature,
                                  max_new_tokens=cfg.train.max_new_tokens, seed=batch_seed(cfg.seed, index))
+        gap = None
+        if not isinstance(engine, HFEngine):
+            # An external engine (vLLM) generated with the trainer's current weights: measure the gap between
+            # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
+            r = r.to(self.device)
+            with torch.no_grad():
+                recomputed = token_logp(self.model, r, slice(None), cfg.train.temperature)[0]
+            gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
+            if cfg.model.behavior_logp == "recompute":
+                r.logp_behavior = recomputed * r.response_mask
         rewards = torch.tensor([self.task.reward(text, problems[i // cfg.group_size]) for i, text in enumerate(r.texts)])
         group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
-        return Batch(index, problems, r, rewards, group_ids)
+        return Batch(index, problems, r.to(self.device), rewards.to(self.device), group_ids.to(self.device), gap)
 
     # -- one optimizer update ----------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, float]:
@@ -111,16 +124,16 @@ class Trainer:
         context = None
         if micro < B:                       # batch statistics once over the whole step batch
             with torch.no_grad():
-                logp_prox = torch.cat([token_logp(self.model, r, slice(i, i + micro), tc.temperature)[0]
+                logp_prox = torch.cat([token_logp(self.backend.model, r, slice(i, i + micro), tc.temperature)[0]
                                        for i in range(0, B, micro)])
             context = prepare_context(cfg.algorithm, LossInputs(logp_prox, r.logp_behavior, adv, mask, batch.group_ids),
                                       eps=cfg.eps, **cfg.params)
-        self.opt.zero_grad(set_to_none=True)
+        self.backend.zero_grad()
         totals = {"total_tokens": float(mask.sum()), "total_seqs": float(B)}
         loss_sum, metric_sums, logps, entropies = 0.0, {}, [], []
         for i in range(0, B, micro):
             rows = slice(i, i + micro)
-            logp, entropy = token_logp(self.model, r, rows, tc.temperature)
+            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature)
             if not torch.isfinite(logp.detach()[mask[rows]]).all():
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows])
@@ -129,17 +142,16 @@ class Trainer:
             loss = out.loss + self._kl_penalty(r, rows, logp, totals)
             if not torch.isfinite(loss):
                 raise Diverged("loss is NaN/inf")
-            loss.backward()
+            self.backend.backward(loss)
             share = (min(i + micro, B) - i) / B
             loss_sum += float(loss.detach())
             for k, v in out.metrics.items():
                 metric_sums[k] = metric_sums.get(k, 0.0) + share * v
             logps.append(logp.detach())
             entropies.append(entropy)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        grad_norm = self.backend.step()
         if not torch.isfinite(grad_norm):
             raise Diverged("gradient norm is NaN/inf")
-        self.opt.step()
         logp = torch.cat(logps)
         return {"loss/value": loss_sum, "opt/grad_norm": float(grad_norm),
                 **policy_metrics(logp, r.logp_behavior, mask, torch.cat(entropies)), **metric_sums}
@@ -174,15 +186,11 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "source": self.source.state_dict(),
-                    "version": self.version, "batches_done": self.batches_done}, tmp)
-        os.replace(tmp, path)
+        self.backend.save(path, {"source": self.source.state_dict(), "version": self.version,
+                                 "batches_done": self.batches_done})
 
     def load(self, path: Path) -> None:
-        state = torch.load(path, weights_only=False)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
+        state = self.backend.load(path)
         self.source.load_state_dict(state["source"])
         self.version, self.batches_done = state["version"], state["batches_done"]
 
@@ -207,7 +215,8 @@ def rollout_metrics(batch: Batch, version: int) -> dict[str, float]:
             "rollout/len_mean": float(r.response_mask.sum(1).float().mean()),
             "rollout/zero_adv_frac": float((rewards.max(1).values == rewards.min(1).values).float().mean()),
             "stale/mean": float(staleness.mean()), "stale/max": float(staleness.max()),
-            "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9)}
+            "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9),
+            **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap})}
 
 
 def train(cfg: RunConfig, log: RunLog, params: dict[str, Any], progress: bool = False) -> str:

@@ -139,7 +139,7 @@ def _open_mlflow(suite: Suite, results_root: Path, role: str, pending: int) -> M
     """The suite's MLflow experiment (named after the suite) and a new parent run for this invocation."""
     uri = default_tracking_uri(results_root)
     local = uri.startswith(("sqlite:", "file:", "/")) or "://" not in uri
-    artifacts = (results_root / "mlartifacts").resolve().as_uri() if local else None
+    artifacts = (results_root / "mlartifacts" / suite.name).resolve().as_uri() if local else None
     tags = {"stalebench.role": role, "stalebench.suite": suite.name, "stalebench.suite_sha256": suite.sha256,
             "stalebench.pending_trials": str(pending), "stalebench.host": os.uname().nodename}
     suite_file = results_root.resolve() / suite.name / "suite.yaml"
@@ -241,6 +241,7 @@ def _fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: MlflowTarge
         trainable,
         param_space={"trial_id": tune.grid_search([t.trial_id for t in trials])},
         tune_config=tune.TuneConfig(scheduler=FIFOScheduler(), max_concurrent_trials=res.max_concurrent,
+                                    reuse_actors=True,     # a worker keeps torch & co. imported between trials
                                     trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
         run_config=tune.RunConfig(name=f"{suite.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=_storage_path(suite_dir), verbose=0,
@@ -474,15 +475,15 @@ class TuneSpec:
             raise ConfigError(f"tune.mode: {self.mode!r} is not valid; choose one of max, min")
         if not self.metric:
             raise ConfigError("tune.metric: must name an eval metric, e.g. eval/acc")
-        try:
-            cfg = build_run_config(suite.base, {self.param: self.low})
-        except ConfigError as exc:
-            raise ConfigError(f"tune.param: {self.param!r} is not a settable run-config key ({exc})") from None
-        value: Any = cfg
+        value: Any = build_run_config(suite.base)
         for part in self.param.split("."):
-            value = getattr(value, part if part != "async" else "async_", None)
+            if not hasattr(value, part.replace("async", "async_")):
+                raise ConfigError(f"tune.param: {self.param!r} is not a run-config key (e.g. train.lr)")
+            value = getattr(value, part.replace("async", "async_"))
         if not isinstance(value, float):
             raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
+        for bound in (self.low, self.high):
+            build_run_config(suite.base, {self.param: bound})     # e.g. a value the setting refuses
 
 
 def parse_tune(suite: Suite) -> TuneSpec:

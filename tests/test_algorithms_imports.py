@@ -1,7 +1,8 @@
 """Import boundaries of `algorithms/`: torch, numpy and the standard library only; no host syncs via .item().
 
-"torch-related" is defined by measurement, not by a hand-kept list: the top-level modules that a bare
-`import torch` loads in a fresh interpreter (torch's own dependencies such as typing_extensions).
+"torch-related" is defined by measurement, not by a hand-kept list: the top-level modules that
+`import torch` loads in the same fresh interpreter just before `import algorithms` (torch's own
+dependencies such as typing_extensions).
 """
 from __future__ import annotations
 
@@ -15,22 +16,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "algorithms"
 
-LOADED = "import sys, json; {imports}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
-
-
-def loaded_top_level(imports: str) -> set[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", LOADED.format(imports=imports)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+SCRIPT = """
+import json, sys
+top = lambda: sorted({m.split('.')[0] for m in sys.modules})
+import torch
+with_torch = top()
+import algorithms
+print(json.dumps([with_torch, top()]))
+"""
 
 
 def test_importing_algorithms_loads_only_torch_numpy_and_stdlib():
-    torch_related = loaded_top_level("import torch")
-    loaded = loaded_top_level("import algorithms")
-    allowed = set(sys.stdlib_module_names) | torch_related | {"numpy", "algorithms"}
-    offenders = sorted(m for m in loaded - allowed if not m.startswith(("torch", "numpy")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with_torch, with_algorithms = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "algorithms" in with_algorithms and "algorithms" not in with_torch
+    allowed = set(sys.stdlib_module_names) | set(with_torch) | {"numpy", "algorithms"}
+    offenders = sorted(m for m in set(with_algorithms) - allowed if not m.startswith(("torch", "numpy")))
     assert not offenders, f"algorithms pulls in non-torch, non-stdlib modules: {offenders}"
 
 

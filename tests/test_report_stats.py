@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 from harness.report import stats
 
@@ -9,6 +10,15 @@ from harness.report import stats
 def test_iqm_of_one_to_eight_is_mean_of_middle_four():
     # 8 values, 25% trimmed each side = 2 values each side: mean(3, 4, 5, 6) = 18 / 4 = 4.5
     assert stats.iqm(np.arange(1, 9)) == pytest.approx(4.5, abs=1e-12)
+
+
+def test_iqm_matches_scipy_trim_mean():
+    # reference: rliable's IQM is scipy.stats.trim_mean(x, 0.25); odd sizes cut int(0.25 n) per side
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 5, 7, 10, 33):
+        x = rng.normal(size=(4, n))
+        np.testing.assert_allclose(stats.iqm(x, axis=1), sps.trim_mean(x, 0.25, axis=1), rtol=1e-12)
+        np.testing.assert_allclose(stats.iqm(x[0]), sps.trim_mean(x[0], 0.25), rtol=1e-12)
 
 
 def test_iqm_ignores_outliers_unlike_mean():

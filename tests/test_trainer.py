@@ -150,3 +150,20 @@ def test_async_staleness_is_bounded(tiny_base, tmp_path, eta, k):
     status, rows, _ = run(base, tmp_path, **{"async": {"max_staleness": eta}})
     assert status == "completed" and len(rows) == 8
     assert max(r["stale/max"] for r in rows) <= eta + k - 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 1])
+def test_deepspeed_backend_matches_plain_torch(tiny_base, tmp_path, stage):
+    """DeepSpeed (ZeRO-0/1, gloo, one CPU process) follows the plain backend's loss trajectory.
+
+    Slow: the first DeepSpeed init compiles its communication op (minutes on 2 cores)."""
+    pytest.importorskip("deepspeed")
+    base = {**tiny_base, "train": {**tiny_base["train"], "micro_batch_size": 6, "checkpoint_every": 0}}
+    _, plain, _ = run(base, tmp_path, "plain", algorithm="gmc_grpo", delay=1)
+    _, ds, _ = run(base, tmp_path, "ds", algorithm="gmc_grpo", delay=1,
+                   **{"model.backend": "deepspeed", "model.zero_stage": stage})
+    for a, b in zip(plain, ds):
+        assert b["loss/value"] == pytest.approx(a["loss/value"], abs=1e-5)
+        assert b["opt/grad_norm"] == pytest.approx(a["opt/grad_norm"], rel=1e-4)
+        assert b["train/reward_mean"] == a["train/reward_mean"]

@@ -32,7 +32,7 @@ class LabConfig:
     # -- fixed-policy sweeps of the report ----------------------------------------------------------
     sweep_group_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)   # bias vs G
     sweep_group_size: int = 16             # G of the ε and divergence sweeps
-    sweep_groups: int = 2000               # Monte Carlo groups per sweep point
+    sweep_groups: int = 4000               # Monte Carlo groups per sweep point
     sweep_fit_min_g: int = 8               # the log-log fit of bias vs G uses G >= this
 
     def validate(self, key: str) -> None:

@@ -28,8 +28,8 @@ Measurement (lab.measure_groups > 0): `estimate.measure` of this trial's estimat
 pair fixed by lab.divergence — "delay": π_b = θ_0 and π_θ = θ_0 after d expected on-policy SGD steps
 θ ← θ + lr·g*(θ) (g* = κ∇J, the target of estimate.py), the same pair for every estimator at a delay;
 "kl": π_θ = θ_0, π_b = θ_0 perturbed to KL(π_b ‖ π_θ) = lab.kl. Logged as lab/bias_true, lab/bias_tis,
-lab/bias_is, lab/second_moment, lab/mse, lab/cosine (each with _se), lab/cosine_mean, lab/rel_bias,
-lab/pair_kl, lab/pair_chi2, lab/measure_groups, lab/batched.
+lab/bias_is, lab/second_moment, lab/mse, lab/cosine (each with _se), lab/cosine_mean, lab/rel_bias
+(= bias_true/‖g*‖), lab/target_norm (‖g*‖), lab/pair_kl, lab/pair_chi2, lab/measure_groups, lab/batched.
 """
 from __future__ import annotations
 
@@ -136,6 +136,7 @@ def measurement_row(cfg: "RunConfig", problem: policy.Problem, theta0: torch.Ten
     row.update({f"lab/{k}_se": m[f"{k}_se"] for k in MEASURE_KEYS})
     row.update({"lab/cosine_mean": m["cosine_mean"], "lab/rel_bias": m["rel_bias"],
                 "lab/pair_kl": res["pair"]["kl_behavior"], "lab/pair_chi2": res["pair"]["chi2"],
+                "lab/target_norm": res["pair"]["target_norm"],
                 "lab/measure_groups": m["n_groups"], "lab/batched": m["batched"]})
     return row
 

@@ -30,7 +30,10 @@ Bias vs plain IS. Two references, each paired with the estimator on the same gro
 far lower variance than either): `bias_tis` against trajectory-level IS w_i = r_i (`tic_grpo` with
 ε = 1e12, so its clip never binds: the unbiased estimator TIC and GMC both modify; in mean mode its
 expectation is exactly g*, so `bias_tis` and `bias_true` estimate the same vector), and `bias_is`
-against the registered `is_none` (token-level ratios, itself biased off-policy).
+against the registered `is_none` (token-level ratios, itself biased off-policy). With advantage "std"
+trajectory IS is *not* unbiased for g* off-policy (the group std is taken over π_b's samples), so there
+`bias_true` also contains that normalization bias, which does not shrink with G; the paper's claims
+are about `bias_tis`.
 
 Norms of mean vectors are de-noised: ‖E x‖² is estimated by ‖x̄‖² − tr Cov(x̄) (unbiased), reported as
 its square root (0 when negative: unresolved), with a delta-method standard error.

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
 from .results import LabTrial
 
@@ -26,17 +27,30 @@ def _color(name: str) -> Any:
 
 
 def _save(fig: Figure, out_dir: Path, name: str) -> str:
-    fig.tight_layout()
+    # Fixed margins: tight_layout measures every tick label (mathtext) and costs seconds per figure.
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.17, top=0.88, wspace=0.35)
     fig.savefig(out_dir / name, dpi=DPI)
     return name
 
 
+def _log_x(ax: Any, values: Any, labels: Any = None) -> None:
+    """Log x axis with major ticks exactly at `values` (plain labels), no minor tick labels."""
+    values = sorted(set(float(v) for v in values))
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(values))
+    ax.set_xticklabels([f"{v:g}" for v in (labels if labels is not None else values)], fontsize=7)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _errorbars(ax: Any, x: np.ndarray, y: np.ndarray, se: np.ndarray, label: str, color: Any) -> None:
-    """Resolved points (y > 2 se) with 1-SE bars; unresolved ones as open triangles at the 2-SE bound."""
+    """Resolved points (y > 2 se) with 1-SE bars; unresolved ones as open triangles at the 2-SE bound
+    (points with y = se = 0, where the estimator equals the reference on every group, are not drawn)."""
     ok = y > 2 * se
     ax.errorbar(x[ok], y[ok], yerr=se[ok], fmt="o-", ms=4, capsize=2, color=color, label=label)
-    if (~ok).any():
-        ax.scatter(x[~ok], np.maximum(2 * se[~ok], 1e-12), marker="v", facecolors="none", edgecolors=color)
+    bound = ~ok & (se > 0)
+    if bound.any():
+        ax.scatter(x[bound], 2 * se[bound], marker="v", facecolors="none", edgecolors=color)
 
 
 def bias_vs_g(by_g: list[dict[str, Any]], fits: dict[tuple[float, str], dict[str, Any]], out_dir: Path) -> str:
@@ -54,8 +68,8 @@ def bias_vs_g(by_g: list[dict[str, Any]], fits: dict[tuple[float, str], dict[str
                 xs = np.array(fit["x_used"])
                 ax.plot(xs, np.exp(fit["intercept"]) * xs ** fit["slope"], "--", color=_color(name), lw=1,
                         label=f"slope {fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}]")
-        ax.set(xscale="log", yscale="log", xlabel="group size G", ylabel="‖E[ĝ − ĝ_trajIS]‖",
-               title=f"KL(π_b‖π_θ) = {kl:g}")
+        ax.set(yscale="log", xlabel="group size G", ylabel="‖E[ĝ − ĝ_trajIS]‖", title=f"KL(π_b‖π_θ) = {kl:g}")
+        _log_x(ax, [r["G"] for r in by_g])
         ax.legend(fontsize=6)
     return _save(fig, out_dir, "lab_bias_vs_g.png")
 
@@ -67,13 +81,15 @@ def bias_vs_eps(by_eps: list[dict[str, Any]], delta: list[dict[str, Any]], out_d
         rows = sorted((r for r in by_eps if r["estimator"] == name), key=lambda r: r["eps"])
         _errorbars(ax, np.array([r["eps"] for r in rows]), np.array([r["bias_tis"] for r in rows]),
                    np.array([r["bias_tis_se"] for r in rows]), name, _color(name))
-    ax.set(xscale="log", yscale="log", xlabel="ε", ylabel="‖E[ĝ − ĝ_trajIS]‖", title="bias vs ε")
+    ax.set(yscale="log", xlabel="ε", ylabel="‖E[ĝ − ĝ_trajIS]‖", title="bias vs ε")
+    _log_x(ax, [r["eps"] for r in by_eps])
     ax.legend(fontsize=7)
     ax = fig.add_subplot(1, 2, 2)
     eps = [r["eps"] for r in delta]
     ax.plot(eps, [r["delta_gmc_mean"] for r in delta], "o-", color=_color("gmc_grpo"), label="δ_GMC (mean)")
     ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color("tic_grpo"), label="δ_clip (mean)")
-    ax.set(xscale="log", xlabel="ε", ylabel="max_i |1 − w_i/r_i|", title="weight distortion per group")
+    ax.set(xlabel="ε", ylabel="max_i |1 − w_i/r_i|", title="weight distortion per group")
+    _log_x(ax, eps)
     ax.legend(fontsize=7)
     return _save(fig, out_dir, "lab_bias_vs_eps.png")
 
@@ -89,7 +105,8 @@ def bias_vs_kl(by_kl: list[dict[str, Any]], out_dir: Path) -> str:
             y = np.array([r[key] for r in rows])
             se = np.array([r.get(f"{key}_se", 0.0) for r in rows])
             ax.errorbar(x, y, yerr=se, fmt="o-", ms=3, capsize=2, color=_color(name), label=name)
-        ax.set(xscale="log", xlabel="KL(π_b‖π_θ) (nats)", ylabel=label)
+        ax.set(xlabel="KL(π_b‖π_θ) (nats)", ylabel=label)
+        _log_x(ax, sorted({round(r["pair_kl"], 3) for r in by_kl}))
         if key != "cosine_mean":
             ax.set_yscale("log")
     fig.axes[0].legend(fontsize=6)
@@ -113,7 +130,9 @@ def convergence(trials: list[LabTrial], out_dir: Path) -> str:
             m = np.array([np.mean(by_d[k]) for k in d])
             se = np.array([np.std(by_d[k], ddof=1) / math.sqrt(len(by_d[k])) if len(by_d[k]) > 1 else 0 for k in d])
             ax.errorbar(d + 1, m, yerr=se, fmt="o-", ms=3, capsize=2, color=_color(name), label=name)
-        ax.set(xscale="log", xlabel="delay d + 1", ylabel=label)
+        ax.set(xlabel="delay d (log scale of d + 1)", ylabel=label)
+        delays = sorted({t.delay for t in trials})
+        _log_x(ax, [d + 1 for d in delays], delays)
     fig.axes[0].legend(fontsize=6)
     ax = fig.add_subplot(1, 3, 3)
     d_max = max(t.delay for t in trials)

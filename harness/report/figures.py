@@ -220,7 +220,7 @@ def staleness(trials: pd.DataFrame, metrics: pd.DataFrame, out_dir: Path) -> Fig
     """Realized staleness (stale/mean) vs step, averaged over trials per configured delay."""
     delay_of = trials.loc[trials["has_params"]].set_index("trial_id")["delay"]
     m = metrics[["trial_id", "step", "stale/mean"]].dropna()
-    m = m.assign(delay=m["trial_id"].map(delay_of)).dropna(subset=["delay"])
+    m = m.assign(delay=m["trial_id"].map(delay_of).astype(float)).dropna(subset=["delay"])
     if m.empty:
         return None
     curves = m.groupby(["delay", "step"])["stale/mean"].mean()

@@ -148,7 +148,7 @@ def _copy_extras(sections: list[Section], out_dir: Path) -> list[dict[str, Any]]
             dest = out_dir / "extra" / f"{i}-{Path(path).name}"
             dest.parent.mkdir(exist_ok=True)
             shutil.copyfile(path, dest)
-            files.append(dest.relative_to(out_dir).as_posix())
+            files.append(quote(dest.relative_to(out_dir).as_posix()))
         out.append({"title": s.title, "html": s.html, "figures": files})
     return out
 
@@ -169,10 +169,10 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
             if bundle.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"schema_version {bundle.get('schema_version')!r}, "
                                  f"expected {SCHEMA_VERSION}")
-        except (OSError, ValueError, AttributeError) as exc:
-            suites.append({**entry, "error": f"unreadable results.json: {exc}"})
+            board = pd.DataFrame(bundle["leaderboard"])
+        except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
+            suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {exc}"})
             continue
-        board = pd.DataFrame(bundle["leaderboard"])
         columns = leaderboard_columns([], bundle.get("baseline", "grpo"), compact=True)
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
                        "largest_delay": show(bundle.get("largest_delay")),

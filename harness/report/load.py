@@ -77,18 +77,20 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines; ([], 0) if absent."""
     if not path.is_file():
         return [], 0
-    lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    try:  # fast path: one parse for the whole file
-        rows = json.loads("[" + ",".join(lines) + "]")
-    except json.JSONDecodeError:
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not text:
+        return [], 0
+    try:  # fast path: the whole file as one JSON array
+        rows = json.loads("[" + text.replace("\n", ",") + "]")
+    except json.JSONDecodeError:  # a truncated or blank line: parse line by line, skip what fails
         rows = []
-        for ln in lines:
+        for line in filter(str.strip, text.splitlines()):
             try:
-                rows.append(json.loads(ln))
+                rows.append(json.loads(line))
             except json.JSONDecodeError:
-                continue
+                rows.append(None)
     good = [r for r in rows if isinstance(r, dict)]
-    return good, len(lines) - len(good)
+    return good, len(rows) - len(good)
 
 
 def _to_float(value: Any) -> float:
@@ -182,6 +184,28 @@ def _read_suite(results_dir: Path) -> tuple[dict[str, Any], str]:
     return suite, hashlib.sha256(raw).hexdigest()
 
 
+def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One trial: its table row (params, status, notes), its metric curve and its eval curve."""
+    params, notes = _read_params(trial_dir)
+    status, status_notes = _read_status(trial_dir)
+    metric_rows, bad_m = read_jsonl(trial_dir / "metrics.jsonl")
+    eval_rows, bad_e = read_jsonl(trial_dir / "eval.jsonl")
+    notes += status_notes
+    notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, "metrics.jsonl"), (bad_e, "eval.jsonl"))
+              if n]
+    row = {
+        "trial_id": trial_dir.name,
+        **{k: v for k, v in params.items() if k != "trial_id"},
+        "has_params": bool(params),
+        "status": str(status.get("status", "running")),
+        "last_step": status.get("step"),
+        "error": str(status.get("error") or ""),
+        "diverged_step": status.get("diverged_step"),
+        "notes": "; ".join(notes),
+    }
+    return row, _curve(metric_rows, (LOSS_KEY, *METRIC_KEYS)), _curve(eval_rows, (ACC_KEY,))
+
+
 def load_suite(results_dir: Path) -> SuiteResults:
     """Load ``results_dir`` (results/<suite>). Raises ValueError for a missing or non-suite dir."""
     results_dir = Path(results_dir)
@@ -193,25 +217,10 @@ def load_suite(results_dir: Path) -> SuiteResults:
                          "suite first or pass another results dir")
     trial_rows, metric_parts, eval_parts = [], [], []
     for d in dirs:
-        params, notes = _read_params(d)
-        status, status_notes = _read_status(d)
-        metric_rows, bad_m = read_jsonl(d / "metrics.jsonl")
-        eval_rows, bad_e = read_jsonl(d / "eval.jsonl")
-        notes += status_notes
-        notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, "metrics.jsonl"),
-                                                                (bad_e, "eval.jsonl")) if n]
-        metric_parts.append((d.name, _curve(metric_rows, (LOSS_KEY, *METRIC_KEYS))))
-        eval_parts.append((d.name, _curve(eval_rows, (ACC_KEY,))))
-        trial_rows.append({
-            "trial_id": d.name,
-            **{k: v for k, v in params.items() if k != "trial_id"},
-            "has_params": bool(params),
-            "status": str(status.get("status", "running")),
-            "last_step": status.get("step"),
-            "error": status.get("error") or "",
-            "diverged_step": status.get("diverged_step"),
-            "notes": "; ".join(notes),
-        })
+        row, metric_curve, eval_curve = _read_trial(d)
+        trial_rows.append(row)
+        metric_parts.append((d.name, metric_curve))
+        eval_parts.append((d.name, eval_curve))
     trials = pd.DataFrame(trial_rows)
     for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
         if key not in trials:
@@ -232,8 +241,8 @@ def load_suite(results_dir: Path) -> SuiteResults:
 
 
 def _long_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFrame:
-    """Concatenate per-trial column dicts into one long frame with a ``trial_id`` column."""
+    """Concatenate per-trial column dicts into one long frame with a categorical ``trial_id`` column."""
     n = [len(cols["step"]) for _, cols in parts]
-    keys = parts[0][1].keys()
-    data = {k: np.concatenate([cols[k] for _, cols in parts]) for k in keys}
-    return pd.DataFrame({"trial_id": np.repeat([tid for tid, _ in parts], n), **data})
+    ids = pd.Categorical.from_codes(np.repeat(np.arange(len(parts)), n), [tid for tid, _ in parts])
+    data = {k: np.concatenate([cols[k] for _, cols in parts]) for k in parts[0][1]}
+    return pd.DataFrame({"trial_id": ids, **data})

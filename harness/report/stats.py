@@ -15,20 +15,24 @@ from collections.abc import Callable
 
 import numpy as np
 from scipy import integrate
-from scipy import stats as sps
 
 Statistic = Callable[..., np.ndarray]
 
 
 def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray | float:
-    """Interquartile mean: the mean of the middle 50% of values (scipy trim_mean, 25% cut each side).
+    """Interquartile mean: the mean of the middle 50% of values along ``axis``.
 
-    Returns NaN for an empty input.
+    Same cut as ``scipy.stats.trim_mean(x, 0.25)`` (int(0.25 n) values dropped at each end), without
+    its per-call overhead (the bootstrap calls this on thousands of resamples). NaN for an empty input.
     """
     x = np.asarray(x, dtype=float)
-    if x.shape[axis] == 0:
+    n = x.shape[axis]
+    if n == 0:
         return float("nan")
-    return sps.trim_mean(x, 0.25, axis=axis)
+    cut = int(0.25 * n)
+    middle = np.sort(x, axis=axis).take(np.arange(cut, n - cut), axis=axis)
+    out = middle.mean(axis=axis)
+    return float(out) if out.ndim == 0 else out
 
 
 def mean(x: np.ndarray, axis: int = -1) -> np.ndarray | float:

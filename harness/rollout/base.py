@@ -27,6 +27,10 @@ class Rollout:
     texts: list[str]
     seconds: float = 0.0
 
+    def to(self, device: torch.device) -> "Rollout":
+        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return Rollout(**moved)
+
     @property
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())

@@ -1,0 +1,117 @@
+"""Training backends: how gradients are accumulated and the optimizer steps.
+
+    backend.model          the module to call for training forwards
+    backend.module         the plain transformers model (for generation and checkpoints)
+    backend.backward(loss) accumulate the gradient of one micro-batch (its loss is already normalized by
+                           the step's global denominators)
+    backend.step() -> grad norm (before clipping); clips and applies the update
+
+`torch` is a plain AdamW loop. `deepspeed` (extra `gpu`, or `pip install deepspeed`) wraps the same AdamW
+in a DeepSpeed engine with ZeRO stage 0-3 and optional CPU offload; it runs on CPU with the gloo
+backend (single process) as well as on GPUs. The estimator and trainer code are the same for both.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from .config import RunConfig
+
+
+def _adamw(params, cfg: RunConfig) -> torch.optim.Optimizer:
+    tc = cfg.train
+    return torch.optim.AdamW(params, lr=tc.lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
+
+
+class TorchBackend:
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int):
+        self.model = self.module = model
+        self.opt = _adamw(model.parameters(), cfg)
+        self.clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else math.inf
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> torch.Tensor:
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        if torch.isfinite(norm):
+            self.opt.step()
+        return norm
+
+    def save(self, path: Path, extra: dict) -> None:
+        tmp = path.with_suffix(".tmp")
+        torch.save({"model": self.module.state_dict(), "opt": self.opt.state_dict(), **extra}, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> dict:
+        state = torch.load(path, weights_only=False)
+        self.module.load_state_dict(state.pop("model"))
+        self.opt.load_state_dict(state.pop("opt"))
+        return state
+
+
+class DeepSpeedBackend:
+    """A DeepSpeed engine around the model; gradient accumulation over the step's micro-batches."""
+
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int):
+        try:
+            import deepspeed
+        except ImportError:
+            raise ValueError("model.backend 'deepspeed' needs DeepSpeed: pip install deepspeed (or the gpu extra)") from None
+        for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        if not torch.distributed.is_initialized():
+            deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        zero: dict = {"stage": cfg.model.zero_stage}
+        if cfg.model.zero_offload:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        self.micro_batches = micro_batches
+        ds_config = {
+            "train_micro_batch_size_per_gpu": 1,          # bookkeeping only: the trainer forms its own micro-batches
+            "gradient_accumulation_steps": micro_batches,
+            "gradient_clipping": cfg.train.grad_clip,
+            "zero_optimization": zero,
+            "zero_allow_untested_optimizer": True,        # the same torch AdamW as the torch backend
+            "bf16": {"enabled": cfg.model.dtype == "bfloat16"},
+            "steps_per_print": 10**9,
+        }
+        self.model, self.opt, _, _ = deepspeed.initialize(model=model, optimizer=_adamw(model.parameters(), cfg),
+                                                          config=ds_config)
+        self.module = self.model.module
+
+    def zero_grad(self) -> None:
+        pass                                    # the engine zeroes gradients after each optimizer step
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # The engine divides by gradient_accumulation_steps; our losses are already globally normalized.
+        self.model.backward(loss * self.micro_batches)
+        if self.model.is_gradient_accumulation_boundary():
+            # ZeRO-0 keeps full gradients on the parameters and records no norm: measure it before the step.
+            grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+            self._norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) if grads else None
+        self.model.step()                       # a real step only at the accumulation boundary
+
+    def step(self) -> torch.Tensor:
+        norm = self.model.get_global_grad_norm()
+        if norm is None:
+            norm = self._norm
+        return torch.as_tensor(float("nan") if norm is None else float(norm))
+
+    def save(self, path: Path, extra: dict) -> None:
+        self.model.save_checkpoint(str(path.with_suffix(".ds")), tag="latest", client_state=extra)
+        torch.save({"deepspeed": True}, path)
+
+    def load(self, path: Path) -> dict:
+        _, client_state = self.model.load_checkpoint(str(path.with_suffix(".ds")), tag="latest")
+        return dict(client_state or {})
+
+
+def make_backend(model: torch.nn.Module, cfg: RunConfig, micro_batches: int) -> TorchBackend | DeepSpeedBackend:
+    return (DeepSpeedBackend if cfg.model.backend == "deepspeed" else TorchBackend)(model, cfg, micro_batches)

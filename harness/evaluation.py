@@ -1,0 +1,242 @@
+"""Benchmark evaluation of a local model with lm-eval on the local benchmark files.
+
+    run_eval(Path("ckpt"), ["gsm8k", "math500"], Path("results/eval"), limit=None, max_new_tokens=1024,
+             mlflow_run_id=None)
+
+The task configs ship in ``harness/tasks/lm_eval_tasks/`` (one YAML per benchmark, task name
+``stalebench_<benchmark>``). Their ``data_files`` are relative to the benchmark data directory
+(:func:`harness.tasks.benchmarks.default_data_dir`), so each run writes, into a temporary include
+directory, one task file per benchmark that includes the shipped one and sets the absolute data path
+and ``max_gen_toks``. lm-eval's ``json`` dataset builder reads the files; nothing is downloaded
+(``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``).
+
+Prompts and gold answers are :class:`harness.tasks.benchmarks.BenchmarkTask`'s (``process_docs``
+below), ``uid`` included; a completion is correct when :func:`harness.tasks.verify.grade_math`
+accepts it (``process_results``). ``limit=k`` takes the first k problems in file order, as
+``BenchmarkTask.problems("eval", k, seed)`` does.
+
+Backend: lm-eval's ``vllm`` model when vLLM is installed and a CUDA GPU is visible, else ``hf``
+(transformers) on CUDA if visible, else CPU in float32.
+
+Outputs, under ``out_dir/<model directory name>/``:
+
+- ``results.json``: ``benchmarks`` (per benchmark: ``acc``, ``acc_stderr``, ``n``), ``config``
+  (model, backend, limit, max_new_tokens, data_dir, the per-run task files), ``versions``, and
+  ``lm_eval_configs`` (lm-eval's resolved task configs).
+- ``samples_<benchmark>.jsonl``: one row per problem: ``id``, ``prompt`` (the exact context fed to
+  the model), ``completion``, ``extracted`` (:func:`harness.tasks.verify.extract_answer`, or null),
+  ``gold``, ``correct``.
+
+Metrics logged to MLflow when ``mlflow_run_id`` is given: ``eval/<benchmark>/acc``, the fraction of
+problems whose greedy completion is graded correct, at step 0.
+
+Simplifications against the papers that report these benchmarks: zero-shot, greedy, one sample per
+problem (no pass@k or averaging over seeds), no chat template (the prompt is the raw text the trainer
+samples from), and the answer is the last ``\\boxed{}`` (else ``####``, else the last number).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .tasks.benchmarks import _BENCHMARKS, BENCHMARK_NAMES, PROMPT_SUFFIX, default_data_dir
+from .tasks.verify import extract_answer, grade_math
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks" / "lm_eval_tasks"
+TASK_PREFIX = "stalebench_"
+VERIFY_TIMEOUT_S = 1.0
+CPU_BATCH_SIZE = 8
+CUDA_BATCH_SIZE = 32
+VLLM_GPU_MEMORY_UTILIZATION = 0.8
+
+
+# ---------------------------------------------------------------- lm-eval task functions
+
+
+def make_process_docs(benchmark: str) -> Callable[[Any], Any]:
+    """lm-eval ``process_docs`` for ``benchmark``: raw JSONL rows (a ``datasets.Dataset``) to docs
+    ``{"uid", "prompt", "answer"}`` equal to ``BenchmarkTask(benchmark).problems("eval", ...)``."""
+    if benchmark not in _BENCHMARKS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; valid: {', '.join(BENCHMARK_NAMES)}")
+    spec = _BENCHMARKS[benchmark]
+
+    def to_doc(row: dict, index: int) -> dict[str, str]:
+        return {"uid": f"{benchmark}-{index}", "prompt": row[spec.question_field] + PROMPT_SUFFIX,
+                "answer": spec.gold(row)}
+
+    def process_docs(dataset):
+        import datasets
+
+        features = datasets.Features({key: datasets.Value("string") for key in ("uid", "prompt", "answer")})
+        return dataset.map(to_doc, with_indices=True, remove_columns=dataset.column_names, features=features)
+
+    return process_docs
+
+
+def process_results(doc: dict, results: list[str]) -> dict[str, float]:
+    """lm-eval ``process_results``: ``{"acc": 1.0}`` if ``grade_math`` accepts the completion
+    ``results[0]`` for ``doc["answer"]``, else ``{"acc": 0.0}``. Never raises on the completion."""
+    return {"acc": 1.0 if grade_math(results[0], doc["answer"], VERIFY_TIMEOUT_S) else 0.0}
+
+
+# ---------------------------------------------------------------- per-run task files
+
+
+class _TemplateLoader(yaml.SafeLoader):
+    """Safe YAML loader that keeps lm-eval's ``!function utils.f`` tags as plain strings."""
+
+
+_TemplateLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+def load_task_template(path: Path) -> dict[str, Any]:
+    """A shipped task YAML with its ``include`` chain merged (the including file's keys win)."""
+    cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_TemplateLoader)  # a SafeLoader subclass
+    include = cfg.pop("include", None)
+    return {**load_task_template(path.parent / include), **cfg} if include else cfg
+
+
+def write_run_tasks(benchmarks: list[str], data_dir: Path, max_new_tokens: int, include_dir: Path) -> dict[str, dict]:
+    """Write one lm-eval task file per benchmark into ``include_dir``; returns their contents by benchmark.
+
+    Each includes the shipped ``<benchmark>.yaml`` and overrides ``dataset_kwargs`` (the absolute path
+    of the benchmark file in ``data_dir``) and ``generation_kwargs.max_gen_toks``.
+    """
+    written = {}
+    for name in benchmarks:
+        template_path = TASKS_DIR / f"{name}.yaml"
+        template = load_task_template(template_path)
+        data_file = (data_dir / template["dataset_kwargs"]["data_files"]["test"]).resolve()
+        if not data_file.is_file():
+            raise FileNotFoundError(f"benchmark file not found: {data_file} (set STALEBENCH_DATA_DIR to the "
+                                    f"directory holding it)")
+        cfg = {"include": str(template_path), "task": template["task"],
+               "dataset_kwargs": {"data_files": {"test": str(data_file)}},
+               "generation_kwargs": {**template["generation_kwargs"], "max_gen_toks": max_new_tokens}}
+        (include_dir / f"{template['task']}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        written[name] = cfg
+    return written
+
+
+# ---------------------------------------------------------------- run
+
+
+def _backend(model_path: Path) -> tuple[str, dict[str, Any], int | str]:
+    """(lm-eval model name, model_args, batch_size) for this machine."""
+    import torch
+
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        args = {"pretrained": str(model_path), "dtype": "auto", "gpu_memory_utilization": VLLM_GPU_MEMORY_UTILIZATION,
+                "seed": 0}
+        return "vllm", args, "auto"
+    if torch.cuda.is_available():
+        return "hf", {"pretrained": str(model_path), "dtype": "auto", "device": "cuda"}, CUDA_BATCH_SIZE
+    return "hf", {"pretrained": str(model_path), "dtype": "float32", "device": "cpu"}, CPU_BATCH_SIZE
+
+
+def _versions(backend: str) -> dict[str, str]:
+    names = ["lm_eval", "torch", "transformers", "datasets", "math-verify"] + (["vllm"] if backend == "vllm" else [])
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _check_args(model_path: Path, benchmarks: list[str], limit: int | None, max_new_tokens: int) -> list[str]:
+    """The benchmarks without duplicates, in the given order; raises ValueError / FileNotFoundError."""
+    if not benchmarks:
+        raise ValueError(f"no benchmarks given; valid: {', '.join(BENCHMARK_NAMES)}")
+    unknown = [b for b in benchmarks if b not in BENCHMARK_NAMES]
+    if unknown:
+        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; valid: {', '.join(BENCHMARK_NAMES)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 or None (all problems), got {limit}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not (model_path / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {model_path} (expected a transformers model directory with config.json)")
+    return list(dict.fromkeys(benchmarks))
+
+
+def _sample_row(sample: dict) -> dict[str, Any]:
+    """One row of samples_<benchmark>.jsonl from one lm-eval logged sample."""
+    completion = sample["filtered_resps"][0]
+    context = sample["arguments"]
+    # lm-eval 0.4.x logs arguments as [[context, gen_kwargs]] or {"gen_args_0": {"arg_0": context, ...}}.
+    context = context["gen_args_0"]["arg_0"] if isinstance(context, dict) else context[0][0]
+    return {"id": sample["doc"]["uid"], "prompt": context, "completion": completion,
+            "extracted": extract_answer(completion), "gold": sample["doc"]["answer"], "correct": sample["acc"] == 1.0}
+
+
+def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int | None, max_new_tokens: int,
+             mlflow_run_id: str | None) -> Path:
+    """Evaluate the model at ``model_path`` on ``benchmarks``; returns the path of results.json.
+
+    Args:
+        model_path: local transformers model directory (with config.json and a tokenizer).
+        benchmarks: names from ``BENCHMARK_NAMES`` (gsm8k, math500, aime24, amc23, minerva, olympiadbench).
+        out_dir: results go to ``out_dir/<model_path.name>/``.
+        limit: the first ``limit`` problems of each benchmark; None: all.
+        max_new_tokens: generation budget per completion.
+        mlflow_run_id: an existing MLflow run (e.g. a suite's) to log ``eval/<benchmark>/acc`` to.
+
+    Raises:
+        ValueError: unknown benchmark name, empty list, or a bad limit / max_new_tokens.
+        FileNotFoundError: no model directory, or a benchmark file missing from the data directory.
+    """
+    model_path = Path(model_path)
+    benchmarks = _check_args(model_path, benchmarks, limit, max_new_tokens)
+    data_dir = default_data_dir()
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    backend, model_args, batch_size = _backend(model_path)
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="stalebench-lm-eval-") as include_dir:
+        run_tasks = write_run_tasks(benchmarks, data_dir, max_new_tokens, Path(include_dir))
+        task_manager = TaskManager(include_path=include_dir, include_defaults=False)
+        res = lm_eval.simple_evaluate(model=backend, model_args=model_args, tasks=[TASK_PREFIX + b for b in benchmarks],
+                                      task_manager=task_manager, batch_size=batch_size, limit=limit, log_samples=True)
+
+    out = Path(out_dir) / model_path.resolve().name
+    out.mkdir(parents=True, exist_ok=True)
+    scores = {}
+    for name in benchmarks:
+        task = TASK_PREFIX + name
+        rows = [_sample_row(s) for s in sorted(res["samples"][task], key=lambda s: s["doc_id"])]
+        with (out / f"samples_{name}.jsonl").open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        stderr = res["results"][task].get("acc_stderr,none")          # "N/A" when n == 1
+        scores[name] = {"acc": res["results"][task]["acc,none"],
+                        "acc_stderr": stderr if isinstance(stderr, (int, float)) else None, "n": len(rows)}
+    summary = {
+        "benchmarks": scores,
+        "config": {"model": str(model_path.resolve()), "backend": backend, "model_args": model_args,
+                   "batch_size": batch_size, "limit": limit, "max_new_tokens": max_new_tokens,
+                   "data_dir": str(data_dir.resolve()), "tasks": run_tasks, "elapsed_s": round(time.time() - start, 1)},
+        "versions": _versions(backend),
+        "lm_eval_configs": res.get("configs", {}),
+    }
+    results_path = out / "results.json"
+    results_path.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+
+    if mlflow_run_id:
+        from .tracking import default_tracking_uri, log_metrics_to_run
+
+        log_metrics_to_run(default_tracking_uri(Path("results")), mlflow_run_id,
+                           {f"eval/{name}/acc": score["acc"] for name, score in scores.items()})
+    return results_path

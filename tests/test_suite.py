@@ -1,0 +1,178 @@
+"""Suite files: grid expansion (pure), readable deterministic trial ids, per-estimator overrides, `select`,
+and one-line ConfigErrors for bad suite files, in-process and through the CLI (exit 2, nothing written)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import ConfigError
+from harness.suite import expand, load_suite, parse_suite, select, trial_id
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}}
+
+
+def write(tmp_path: Path, data: dict | str, name: str = "suite.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def suite_dict(**changes) -> dict:
+    data = {"suite": "unit", "version": 1, "base": dict(BASE),
+            "grid": {"algorithm": ["grpo", "gmc_grpo"], "delay": [0, 16], "eps": [0.2], "group_size": [8]},
+            "seeds": [0, 1]}
+    data.update(changes)
+    return data
+
+
+# ---------------------------------------------------------------- expansion
+
+
+def test_cross_product_ids_and_order(tmp_path):
+    trials = expand(load_suite(write(tmp_path, suite_dict())))
+    # 2 algorithms × 2 delays × 1 eps × 1 group size × 2 seeds = 8, algorithm-major, seeds innermost
+    assert [t.trial_id for t in trials] == [
+        "grpo-d0-e0.2-g8-s0", "grpo-d0-e0.2-g8-s1", "grpo-d16-e0.2-g8-s0", "grpo-d16-e0.2-g8-s1",
+        "gmc_grpo-d0-e0.2-g8-s0", "gmc_grpo-d0-e0.2-g8-s1", "gmc_grpo-d16-e0.2-g8-s0", "gmc_grpo-d16-e0.2-g8-s1"]
+    t = trials[6]
+    assert t.params == {"algorithm": "gmc_grpo", "delay": 16, "eps": 0.2, "group_size": 8, "seed": 0}
+    assert (t.config.algorithm, t.config.delay, t.config.eps, t.config.group_size, t.config.seed) == ("gmc_grpo", 16, 0.2, 8, 0)
+    assert t.config.train.steps == 10 and t.config.task.eval_size == 32      # from base
+
+
+def test_ids_are_deterministic_and_independent_of_key_order(tmp_path):
+    a = suite_dict()
+    b = suite_dict(grid={"group_size": [8], "eps": [0.2], "delay": [16, 0], "algorithm": ["gmc_grpo", "grpo"]})
+    ids_a = {t.trial_id for t in expand(load_suite(write(tmp_path, a, "a.yaml")))}
+    ids_b = {t.trial_id for t in expand(load_suite(write(tmp_path, b, "b.yaml")))}
+    assert ids_a == ids_b
+    assert trial_id({"algorithm": "gmc_grpo", "delay": 16, "eps": 0.2, "group_size": 8, "seed": 0}) == "gmc_grpo-d16-e0.2-g8-s0"
+
+
+def test_other_grid_keys_use_their_last_name_segment(tmp_path):
+    trials = expand(load_suite(write(tmp_path, suite_dict(grid={"algorithm": ["grpo"], "train.lr": [0.0001, 0.001]},
+                                                          seeds=[3]))))
+    assert [t.trial_id for t in trials] == ["grpo-lr0.0001-s3", "grpo-lr0.001-s3"]
+    assert [t.config.train.lr for t in trials] == [1e-4, 1e-3]
+
+
+def test_overrides_apply_per_estimator_and_grid_wins(tmp_path):
+    data = suite_dict(overrides={"gmc_grpo": {"train.lr": 3e-5, "eps": 0.1}, "grpo": {"train.steps": 7}})
+    trials = {t.trial_id: t for t in expand(load_suite(write(tmp_path, data)))}
+    gmc, grpo = trials["gmc_grpo-d0-e0.2-g8-s0"], trials["grpo-d0-e0.2-g8-s0"]
+    assert gmc.config.train.lr == 3e-5 and gmc.config.train.steps == 10
+    assert gmc.config.eps == 0.2                    # the grid point beats the override
+    assert grpo.config.train.lr == 1e-4 and grpo.config.train.steps == 7
+
+
+def test_estimator_params_through_overrides(tmp_path):
+    data = suite_dict(grid={"algorithm": ["grpo", "m2po"]}, overrides={"m2po": {"params.tau": 0.02}})
+    trials = {t.config.algorithm: t for t in expand(load_suite(write(tmp_path, data)))}
+    assert trials["m2po"].config.params["tau"] == 0.02 and dict(trials["grpo"].config.params) == {}
+
+
+def test_no_grid_is_one_trial_per_seed(tmp_path):
+    trials = expand(load_suite(write(tmp_path, {"suite": "one", "base": {"algorithm": "tis"}, "seeds": [0, 1]})))
+    assert [t.trial_id for t in trials] == ["s0", "s1"] and trials[0].config.algorithm == "tis"
+
+
+def test_select(tmp_path):
+    trials = expand(load_suite(write(tmp_path, suite_dict())))
+    assert select(trials, "algorithm=gmc_grpo,delay=16,seed=0").trial_id == "gmc_grpo-d16-e0.2-g8-s0"
+    assert select(trials, "algo=grpo, delay=0, seed=1").trial_id == "grpo-d0-e0.2-g8-s1"
+    assert select(trials, "id=grpo-d16-e0.2-g8-s1").params["seed"] == 1
+    assert select(trials, "algorithm=grpo,delay=16,seed=0,train.steps=10").trial_id == "grpo-d16-e0.2-g8-s0"
+    with pytest.raises(ConfigError, match="matches 4 trials"):
+        select(trials, "algorithm=grpo")
+    with pytest.raises(ConfigError, match="matches 0 trials"):
+        select(trials, "algorithm=grpo,delay=3,seed=0")
+    with pytest.raises(ConfigError, match="is not key=value"):
+        select(trials, "grpo")
+
+
+def test_suite_keeps_source_and_hash(tmp_path):
+    path = write(tmp_path, suite_dict())
+    suite = load_suite(path)
+    assert suite.source == path.read_text() and len(suite.sha256) == 64
+
+
+# ---------------------------------------------------------------- bad suite files
+
+BAD = [
+    ("unknown-top-key", suite_dict(grids={}), "unknown key 'grids'"),
+    ("missing-base", {"suite": "x"}, "missing key 'base'"),
+    ("unknown-base-key", suite_dict(base={**BASE, "trian": {}}), "base.trian: unknown key"),
+    ("unknown-nested-key", suite_dict(base={"train": {"stepz": 3}}), "base.train.stepz: unknown key"),
+    ("empty-grid-axis", suite_dict(grid={"algorithm": ["grpo"], "delay": []}), "grid.delay: expected a non-empty list"),
+    ("grid-axis-not-list", suite_dict(grid={"delay": 4}), "grid.delay: expected a non-empty list"),
+    ("grid-not-mapping", suite_dict(grid=["delay"]), "grid: expected a mapping"),
+    ("duplicate-values", suite_dict(grid={"delay": [0, 4, 4]}), "grid.delay: duplicate values"),
+    ("seed-in-grid", suite_dict(grid={"seed": [0, 1]}), "grid.seed: list seeds under the top-level key 'seeds'"),
+    ("duplicate-seeds", suite_dict(seeds=[0, 1, 0]), "seeds: duplicate values"),
+    ("seeds-not-ints", suite_dict(seeds=["a"]), "seeds: expected a non-empty list of integers"),
+    ("unknown-estimator", suite_dict(grid={"algorithm": ["grpo", "ppo"]}), "algorithm: 'ppo' is not valid"),
+    ("unknown-estimator-param", suite_dict(grid={"algorithm": ["m2po"]}, base={**BASE, "params": {"tua": 1}}),
+     "params: estimator 'm2po' has no parameter 'tua'"),
+    ("wrong-type", suite_dict(base={"train": {"steps": "ten"}}), "base.train.steps: expected int"),
+    ("wrong-type-grid", suite_dict(grid={"group_size": ["eight"]}), "group_size: expected int"),
+    ("negative-delay", suite_dict(grid={"delay": [0, -4]}), "delay: must be >= 0"),
+    ("group-size-1", suite_dict(grid={"group_size": [1]}), "group_size: must be >= 2"),
+    ("eps-0", suite_dict(grid={"eps": [0]}), "eps: must be > 0"),
+    ("steps-0", suite_dict(base={"train": {"steps": 0}}), "train.steps: must be > 0"),
+    ("unknown-task", suite_dict(base={"task": {"name": "mnist"}}), "task.name: 'mnist' is not valid"),
+    ("bad-yaml", "suite: x\nbase: {train: [\n", "not valid YAML at line"),
+    ("not-a-mapping", "- just\n- a list\n", "a suite file must be a mapping"),
+    ("bad-suite-name", suite_dict(suite="my suite/1"), "suite: 'my suite/1' is not a valid name"),
+    ("bad-version", suite_dict(version="one"), "version: expected an integer"),
+    ("overrides-unused-estimator", suite_dict(overrides={"tis": {"train.lr": 1e-5}}),
+     "overrides.tis: no trial of the suite uses this estimator"),
+    ("overrides-not-mapping", suite_dict(overrides={"grpo": 1e-5}), "overrides: expected a mapping"),
+    ("bad-override-key", suite_dict(overrides={"grpo": {"train.lrr": 1e-5}}), "base.train.lrr: unknown key"),
+    ("bad-resources", suite_dict(resources={"cpu": 0}), "resources: cpu must be > 0"),
+    ("unknown-resources-key", suite_dict(resources={"cpus": 2}), "resources.cpus: unknown key"),
+    ("bad-max-concurrent", suite_dict(resources={"max_concurrent": 0}), "resources.max_concurrent: must be >= 1"),
+    ("bad-max-failures", suite_dict(resources={"max_failures": -2}), "resources.max_failures: must be >= -1"),
+    ("colliding-ids", suite_dict(grid={"eps": [0.2, "0.2"]}), "get the same id"),
+    ("notes-not-string", suite_dict(notes=["a"]), "notes: expected a string"),
+]
+
+
+@pytest.mark.parametrize("name,data,needle", BAD, ids=[b[0] for b in BAD])
+def test_bad_suite_is_one_line_naming_the_key(tmp_path, name, data, needle):
+    with pytest.raises(ConfigError) as err:
+        load_suite(write(tmp_path, data))
+    message = str(err.value)
+    assert needle in message
+    assert "\n" not in message and len(message) < 600
+
+
+def test_missing_suite_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such suite file"):
+        load_suite(tmp_path / "nope.yaml")
+
+
+def test_parse_suite_is_pure():
+    suite = parse_suite(suite_dict(), "inline")
+    assert suite.name == "unit" and len(expand(suite)) == 8
+
+
+CLI_CASES = ["unknown-estimator", "bad-yaml"]   # each is a fresh interpreter importing torch: keep few
+
+
+@pytest.mark.parametrize("name", CLI_CASES)
+def test_cli_bad_suite_exit_2_one_line_nothing_written(tmp_path, name):
+    data, needle = next((d, n) for b, d, n in BAD if b == name)
+    path = write(tmp_path, data, "bad.yaml")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "results").exists()
