@@ -67,7 +67,8 @@ class Step:
 def run_config(args: argparse.Namespace) -> RunConfig:
     return build_run_config({"train": {"steps": max(40, args.steps), "prompts_per_step": args.prompts, "lr": 1e-4,
                                        "max_new_tokens": args.max_new_tokens, "threads": 1},
-                             "group_size": args.group_size, "seed": args.seed})
+                             "group_size": args.group_size, "seed": args.seed,
+                             "model": {"device": "cpu"}})                      # TRL runs with use_cpu=True too
 
 
 # ----------------------------------------------------------------------------------------------

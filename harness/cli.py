@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"stalebench: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
+    except BrokenPipeError:                      # output piped into `head` and closed
+        return 0
     except KeyboardInterrupt:
         print("stalebench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -75,9 +75,10 @@ def test_unsupported_settings_are_refused(tmp_path):
         run(tmp_path, "a", base)
 
 
-@pytest.mark.parametrize("lab, key", [({"reward": "gauss"}, "lab.reward"), ({"vocab": 10, "length": 6}, "lab"),
-                                      ({"divergence": "far"}, "lab.divergence"), ({"sweep_group_sizes": [1, 4]}, "lab.sweep_group_sizes"),
-                                      ({"nope": 1}, "lab.nope")])
+@pytest.mark.parametrize("lab, key", [
+    ({"reward": "gauss"}, "lab.reward"), ({"vocab": 10, "length": 6}, "lab"), ({"divergence": "far"}, "lab.divergence"),
+    ({"sweep_group_sizes": [1, 4]}, "lab.sweep_group_sizes"), ({"loop_groups": 1}, "lab.loop_groups"),
+    ({"nope": 1}, "lab.nope")])
 def test_lab_config_errors_name_the_key(lab, key):
     with pytest.raises(ConfigError) as err:
         build_run_config(tiny(lab=lab))

@@ -91,7 +91,8 @@ def test_on_policy_expectation_is_the_target_for_every_estimator(adv_mode):
     pair = tiny_pair(kl=0.0)
     G = 3
     J = float(policy.objective(pair.problem, pair.theta))
-    target = estimate.target_scale(pair.problem, J, G, adv_mode) * policy.exact_gradient(pair.problem, pair.theta).reshape(-1)
+    grad_j = policy.exact_gradient(pair.problem, pair.theta).reshape(-1)
+    target = estimate.target_scale(pair.problem, J, G, adv_mode) * grad_j
     for name in NAMES:
         got = exact_expectation(name, pair, G, adv_mode)
         # float32 advantages (group_advantages) bound the agreement at ~1e-7 relative
@@ -102,7 +103,8 @@ def test_trajectory_is_is_unbiased_off_policy_and_gmc_is_not():
     pair = tiny_pair(kl=0.5)
     G = 3
     J = float(policy.objective(pair.problem, pair.theta))
-    target = estimate.target_scale(pair.problem, J, G, "mean") * policy.exact_gradient(pair.problem, pair.theta).reshape(-1)
+    grad_j = policy.exact_gradient(pair.problem, pair.theta).reshape(-1)
+    target = estimate.target_scale(pair.problem, J, G, "mean") * grad_j
     tis = exact_expectation(estimate.TRAJ_IS[0], pair, G, "mean", eps=estimate.TRAJ_IS[1])
     assert torch.allclose(tis, target, atol=1e-7 * float(target.abs().max()), rtol=0)
     gmc = exact_expectation("gmc_grpo", pair, G, "mean", eps=0.05)

@@ -51,11 +51,15 @@ class LabConfig:
         for name in ("init_scale", "kl", "measure_groups"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{key}.{name}: must be >= 0; got {getattr(self, name)}")
-        for name in ("log_every", "loop_groups", "sweep_group_size", "sweep_groups", "sweep_fit_min_g"):
+        for name in ("log_every", "sweep_fit_min_g"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{key}.{name}: must be >= 1; got {getattr(self, name)}")
-        if self.measure_groups == 1 or self.sweep_groups < 2:
-            raise ConfigError(f"{key}: measure_groups (unless 0) and sweep_groups must be >= 2 (standard errors)")
+        for name in ("loop_groups", "sweep_groups"):
+            if getattr(self, name) < 2:
+                raise ConfigError(f"{key}.{name}: must be >= 2 (standard errors need two groups); "
+                                  f"got {getattr(self, name)}")
+        if self.measure_groups == 1:
+            raise ConfigError(f"{key}.measure_groups: must be 0 (off) or >= 2; got 1")
         if not self.sweep_group_sizes or min(self.sweep_group_sizes) < 2:
             raise ConfigError(f"{key}.sweep_group_sizes: need a non-empty list of sizes >= 2; "
                               f"got {list(self.sweep_group_sizes)}")

@@ -3,8 +3,8 @@
     status = run_lab_trial(cfg, log)     # cfg: RunConfig with a `lab:` section; log: RunLog
 
 The loop, step t = 0..steps−1 (CleanRL-style, top to bottom):
-    π_b      = θ_{max(0, t−d)}                    (a FIFO of snapshots (their log-prob tables), d = cfg.delay; the first
-                                                    d steps use θ_0, so realized staleness is min(t, d))
+    π_b      = θ_{max(0, t−d)}                    (a FIFO of the last d+1 policies' log-prob tables, d = cfg.delay;
+                                                    the first d steps use θ_0: realized staleness is min(t, d))
     batch    = prompts_per_step groups × G sequences sampled from π_b; rewards; `group_advantages`
     loss     = compute_loss(cfg.algorithm, LossInputs(logp under θ_t (grad), logp_behavior, ...), ε, ...)
     θ_{t+1}  = θ_t − lr · clip(∇_θ loss)          (plain SGD; train.grad_clip on the global norm, 0 = off)

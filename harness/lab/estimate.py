@@ -272,7 +272,8 @@ def summarize(grads: Tensor, target: Tensor, grad_j: Tensor, refs: Mapping[str, 
 
 
 def measure(pair: Pair, specs: Mapping[str, Spec], *, G: int, n_groups: int, adv_mode: str, aggregation: str,
-            seed: int, max_loop_groups: int = 256, refs: tuple[str, ...] = ("tis", "is")) -> dict[str, dict[str, float]]:
+            seed: int, max_loop_groups: int = 256,
+            refs: tuple[str, ...] = ("tis", "is")) -> dict[str, dict[str, float]]:
     """Measurements of every estimator in `specs` (label -> Spec) on one shared draw of `n_groups` groups.
 
     Returns {"pair": exact facts of the pair, <label>: summarize(...), ...}. The references `refs` (plain

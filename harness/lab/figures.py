@@ -147,13 +147,14 @@ def convergence(trials: list[LabTrial], out_dir: Path) -> str:
 
 def bias_vs_outcome(trials: list[LabTrial], out_dir: Path) -> str:
     fig = Figure(figsize=(7.4, 3.0))
-    for i, key in enumerate(("lab/bias_true", "lab/second_moment")):
+    labels = ("relative bias ‖E ĝ − g*‖ / ‖g*‖", "relative 2nd moment E‖ĝ‖² / ‖g*‖²")
+    for i, label in enumerate(labels):
         ax = fig.add_subplot(1, 2, i + 1)
         for name in sorted({t.algorithm for t in trials}):
-            pts = [(t.measured[key], 1 - t.auc_acc) for t in trials if t.algorithm == name and key in t.measured]
+            pts = [(t.relative()[i], 1 - t.auc_acc) for t in trials if t.algorithm == name and t.delay > 0]
+            pts = [p for p in pts if math.isfinite(p[0]) and p[0] > 0]
             if pts:
                 ax.scatter(*zip(*pts), s=12, color=_color(name), label=name)
-        ax.set(xlabel=f"{key} at the trial's pair", ylabel="1 − mean eval/acc")
-        ax.set_xscale("symlog", linthresh=1e-4)
+        ax.set(xscale="log", xlabel=label, ylabel="1 − mean eval/acc")
     fig.axes[0].legend(fontsize=6)
     return _save(fig, out_dir, "lab_bias_vs_outcome.png")

@@ -169,7 +169,8 @@ def perturb_to_kl(problem: Problem, theta: Tensor, target_kl: float, seed: int, 
     while kl(problem, theta + hi * z, theta) < target_kl:
         lo, hi = hi, 2 * hi
         if hi > 1e4:
-            raise ValueError(f"cannot reach KL {target_kl} along the perturbation ray (max {kl(problem, theta + hi * z, theta):.3g})")
+            reached = kl(problem, theta + hi * z, theta)
+            raise ValueError(f"cannot reach KL {target_kl} along the perturbation ray (max {reached:.3g})")
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         value = kl(problem, theta + mid * z, theta)

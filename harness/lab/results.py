@@ -38,6 +38,17 @@ class LabTrial:
     def final_acc(self) -> float:
         return float(self.acc[-1]) if self.acc.size else math.nan
 
+    def relative(self) -> tuple[float, float]:
+        """(‖E ĝ − g*‖/‖g*‖, E‖ĝ‖²/‖g*‖²) of the trial's measurement: comparable across measurement pairs
+        whose ‖∇J‖ differ (a pair near the optimum has a small gradient and so small absolute errors)."""
+        m = self.measured
+        norm = m.get("lab/target_norm")
+        if norm is None and m.get("lab/rel_bias"):                 # rows written before target_norm was logged
+            norm = m["lab/bias_true"] / m["lab/rel_bias"]
+        if not norm or not math.isfinite(norm) or "lab/second_moment" not in m:
+            return math.nan, math.nan
+        return m["lab/bias_true"] / norm, m["lab/second_moment"] / norm ** 2
+
     @property
     def auc_acc(self) -> float:
         """Mean eval/acc over the run (trapezoid over steps, divided by the step span)."""
@@ -99,7 +110,8 @@ def read_trials(results_dir: Path) -> list[LabTrial]:
             status=str(status.get("status", "running")) if isinstance(status, dict) else "running",
             steps=np.array([float(r.get("step", 0)) for r in rows]),
             acc=np.array([float(r["eval/acc"]) for r in rows]),
-            measured={k: float(v) for k, v in measured.items() if k.startswith("lab/") and isinstance(v, (int, float))}))
+            measured={k: float(v) for k, v in measured.items()
+                      if k.startswith("lab/") and isinstance(v, (int, float))}))
     return out
 
 

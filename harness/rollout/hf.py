@@ -33,18 +33,23 @@ class HFEngine:
         start = time.perf_counter()
         tok = self.tokenizer
         device = next(self.model.parameters()).device
-        enc = tok([p for p in prompts for _ in range(n)], add_special_tokens=False, padding=True, return_tensors="pt")
-        prompt_ids = enc["input_ids"].to(device)                                   # (B, P)
-        prompt_mask = enc["attention_mask"].to(device)
+        enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
+        # Prefill each distinct prompt once, then repeat its cache n times (bit-identical to prefilling B rows).
+        prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)              # (B, P)
+        prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)
         B = prompt_ids.shape[0]
         gen = torch.Generator(device=device).manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
 
-        attn = prompt_mask
-        out = self.model(input_ids=prompt_ids, attention_mask=attn, position_ids=position_ids_from(attn), use_cache=True)
+        unique_mask = enc["attention_mask"].to(device)
+        out = self.model(input_ids=enc["input_ids"].to(device), attention_mask=unique_mask,
+                         position_ids=position_ids_from(unique_mask), use_cache=True)
         cache = out.cache
-        logits = out.logits[:, -1].float()                                          # (B, V)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        logits = out.logits[:, -1].float().repeat_interleave(n, 0)                  # (B, V)
+        attn = prompt_mask
         next_pos = attn.sum(-1, keepdim=True)                                       # (B, 1)
         tokens, logps = [], []
         done = torch.zeros(B, dtype=torch.bool, device=device)
