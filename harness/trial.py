@@ -13,7 +13,7 @@ from typing import Any
 
 from .config import flatten
 from .suite import Trial
-from .tracking import MetricSink, RunLog
+from .tracking import MetricSink, RunLog, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None,
             from .config import to_dict
             log.start(to_dict(trial.config), trial.params)
             status = run_lab_trial(trial.config, log)
-            if status == "completed":
-                log.status("completed", step=trial.config.train.steps)
+            last = read_jsonl(log.dir / "metrics.jsonl")
+            step = last[-1]["step"] if last else 0
+            log.status(status, step=step, diverged_step=step if status == "diverged" else None)
         else:
             from .trainer import train
             train(trial.config, log, trial.params, progress=progress)

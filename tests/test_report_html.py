@@ -134,7 +134,7 @@ def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
     suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0,), (0,), steps=10)
     figure = tmp_path / "lab.png"
     shutil.copyfile(Path(report_html.__file__).parent / "templates" / "style.css", figure)  # any file
-    monkeypatch.setattr(report_html, "extra_sections", lambda d: [
+    monkeypatch.setattr(report_html, "extra_sections", lambda d, out: [
         report_html.Section("Lab <b>", "<p id='lab-fragment'>bias</p>", [figure])])
     monkeypatch.chdir(tmp_path)
     index = build_report(suite)

@@ -41,9 +41,11 @@ class Section:
     figures: list[Path] = field(default_factory=list)
 
 
-def extra_sections(results_dir: Path) -> list[Section]:
-    """Hook for the estimator lab (``results/<suite>/lab/``) to add sections; none yet."""
-    return []
+def extra_sections(results_dir: Path, out_dir: Path) -> list[Section]:
+    """Sections other producers add to a suite's report: the estimator lab's, for suites with a `lab:`
+    base config (their figures are written straight into `out_dir`, so nothing needs copying)."""
+    from harness.lab.report import lab_sections
+    return [Section(title, html) for title, html in lab_sections(results_dir, out_dir)]
 
 
 def suite_slug(name: str) -> str:
@@ -88,7 +90,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
             fig.heatmap("eps", plot, out_dir), fig.heatmap("group_size", plot, out_dir),
             fig.survival_curves(plot, out_dir), fig.staleness(a.trials, res.metrics, out_dir)]
     figures = [f for f in made if f is not None]
-    extras = _copy_extras(extra_sections(res.path), out_dir)
+    extras = _copy_extras(extra_sections(res.path, out_dir), out_dir)
     prov = provenance(res.suite_sha256)
 
     page = _env().get_template("report.html.j2").render(**_page_context(res, a, figures, extras, prov))
