@@ -317,17 +317,19 @@ class _TrialEvents(tune.Callback):
         self.say(f"{record.get('status', 'finished')} {_trial_name(trial)}{extra}")
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        self.say(f"retrying {_trial_name(trial)}: {self._reason(trial)}")
+        self.say(f"retrying {_trial_name(trial)}: {self._reason(trial, final=False)}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.say(f"FAILED {_trial_name(trial)}: {self._reason(trial)}")
+        self.say(f"FAILED {_trial_name(trial)}: {self._reason(trial, final=True)}")
 
-    def _reason(self, trial) -> str:
+    def _reason(self, trial, final: bool) -> str:
         trial_dir = self.suite_dir / _trial_name(trial)
         record = _read_status(trial_dir)
         if record.get("status") == "failed" and record.get("error"):
             return record["error"]
         reason = _error_reason(trial)            # the worker died without recording its failure
+        if not final:
+            return reason
         log = RunLog(trial_dir)
         log.status("failed", step=_last_step(trial_dir), error=reason)
         if self.target is not None:
@@ -393,14 +395,14 @@ class _Progress:
     def __init__(self, suite_dir: Path, trials: list[Trial], enabled: bool, interval_s: float | None = None):
         self.suite_dir, self.trials, self.enabled = suite_dir, trials, enabled
         self.tty = sys.stderr.isatty()
-        self.interval_s = interval_s or (1.0 if self.tty else 30.0)
+        self.interval_s = interval_s or (1.0 if self.tty else 15.0)
         self.total = sum(t.config.train.steps for t in trials)
         self._stop = threading.Event()
-        self._start_steps: int | None = None
-        self._t0 = time.time()
+        self._start_steps, self._t0 = 0, time.time()
 
     def __enter__(self):
         if self.enabled:
+            self._start_steps, self._t0 = self._count()[1], time.time()   # the ETA counts this run's pace
             self._thread = threading.Thread(target=self._loop, name="stalebench-progress", daemon=True)
             self._thread.start()
         return self
@@ -429,7 +431,7 @@ class _Progress:
                 print(f"[stalebench] {line}", file=sys.stderr, flush=True)
             last = line
 
-    def line(self) -> str:
+    def _count(self) -> tuple[dict[str, int], int]:
         counts: dict[str, int] = {}
         steps = 0
         for t in self.trials:
@@ -437,8 +439,10 @@ class _Progress:
             status = _status(trial_dir) or "pending"
             counts[status] = counts.get(status, 0) + 1
             steps += t.config.train.steps if status in ("completed", "diverged", "failed") else _last_step(trial_dir)
-        if self._start_steps is None:
-            self._start_steps, self._t0 = steps, time.time()
+        return counts, steps
+
+    def line(self) -> str:
+        counts, steps = self._count()
         elapsed = time.time() - self._t0
         rate = (steps - self._start_steps) / elapsed if elapsed > 0 else 0.0
         eta = _fmt_s((self.total - steps) / rate) if rate > 0 else "?"

@@ -461,7 +461,10 @@ def test_worker_crash_is_retried_and_resumes(tmp_path, tiny_base, monkeypatch, c
     _, err = capfd.readouterr()
     assert killed and counts == {"completed": 1}, err
     assert [r["step"] for r in read_jsonl(trial_dir / "metrics.jsonl")] == list(range(1, 41))
-    assert "retrying" in err and "Traceback" not in err, err
+    retries = [ln for ln in err.splitlines() if "retrying" in ln]
+    assert len(retries) == 1 and f"retrying {trial_dir.name}: " in retries[0], err
+    assert "Traceback" not in err and "(raylet)" not in err, err
+    print(retries[0])
 
 
 @pytest.mark.slow
