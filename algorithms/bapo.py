@@ -18,6 +18,9 @@ none does). A bound moves in whole steps and never past its limit.
 Deviations: we follow the spec's order (c_high first, then c_low). The official code raises c_low first
 and ships other defaults. `eps` is accepted and unused (the bounds replace 1 ± ε). Bounds are a
 statistic of the whole optimizer-step batch. [ours] log-ratios clamped to ±20 before exp.
+Note: N is non-decreasing in c_low, so raising c_low never raises P/N: once c_high has reached its
+limit below the target, c_low always ends at its limit. The official code's P and N have the same
+property (it computes the same sums).
 """
 from __future__ import annotations
 
@@ -60,9 +63,10 @@ def prepare(inp: LossInputs, *, eps: float, rho0: float = 0.4, c_low: float = 0.
     p_of_high = pos_r + highs * (pos.sum() - pos_w)                     # (H,)
     # N(l_k) = Σ neg·max(ρ, l_k). With j = #{k: l_k ≤ ρ}, max(ρ, l_k) is ρ for k < j and l_k for k ≥ j.
     j = torch.bucketize(r, lows, right=True)
-    neg_r = torch.cumsum(_bin_sum(neg * r, j, L + 1), 0)[:L]
+    neg_times_r = neg * r
+    neg_r = torch.cumsum(_bin_sum(neg_times_r, j, L + 1), 0)[:L]
     neg_w = torch.cumsum(_bin_sum(neg, j, L + 1), 0)[:L]
-    n_of_low = (neg * r).sum() - neg_r + lows * neg_w                   # (L,)
+    n_of_low = neg_times_r.sum() - neg_r + lows * neg_w                 # (L,)
     # The loop's path: (c_high_k, c_low_0) for k = 0..H-1, then (c_high_max, c_low_j) for j = 1..L-1.
     path_high = torch.cat([highs, highs[-1:].expand(L - 1)])
     path_p = torch.cat([p_of_high, p_of_high[-1:].expand(L - 1)])

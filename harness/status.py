@@ -19,7 +19,92 @@ from .config import ConfigError
 from .tracking import read_jsonl
 
 ORDER = ("running", "failed", "diverged", "completed", "pending")
+FINISHED = ("completed", "diverged", "failed")
 NOT_TRIALS = {"ray", "tune"}          # Tune's storage and `stalebench tune` trials live beside the trials
+
+
+# ----------------------------------------------------------------------------------------------
+# One trial's files
+# ----------------------------------------------------------------------------------------------
+
+def read_status(trial_dir: Path) -> dict[str, Any]:
+    """The trial's status.json ({} if it has none yet)."""
+    try:
+        return json.loads((Path(trial_dir) / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def last_step(trial_dir: Path) -> int:
+    """The last step in metrics.jsonl, read from the end of the file (0 if none)."""
+    try:
+        with open(Path(trial_dir) / "metrics.jsonl", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+def last_eval(trial_dir: Path, metric: str = "eval/acc") -> float | None:
+    """`metric` in the last row of eval.jsonl that has it."""
+    rows = [r for r in read_jsonl(Path(trial_dir) / "eval.jsonl") if metric in r]
+    return float(rows[-1][metric]) if rows else None
+
+
+def count_statuses(suite_dir: Path, trial_ids: list[str]) -> dict[str, int]:
+    """{status: number of trials} from their status.json files (no file yet: "pending")."""
+    counts: dict[str, int] = {}
+    for t in trial_ids:
+        status = read_status(Path(suite_dir) / t).get("status", "pending")
+        counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+class ProgressLine:
+    """The one-line summary a running suite shows: trials done/running/failed, steps and an ETA from
+    this run's pace. Counted from the files, so it is right across resumes and retries."""
+
+    def __init__(self, suite_dir: Path, steps_by_trial: dict[str, int]):
+        self.suite_dir, self.steps_by_trial = Path(suite_dir), steps_by_trial
+        self.total = sum(steps_by_trial.values())
+        self._t0, self._steps0 = time.time(), self.count()[1]
+
+    def count(self) -> tuple[dict[str, int], int]:
+        counts: dict[str, int] = {}
+        steps = 0
+        for t, n in self.steps_by_trial.items():
+            status = read_status(self.suite_dir / t).get("status", "pending")
+            counts[status] = counts.get(status, 0) + 1
+            steps += n if status in FINISHED else min(n, last_step(self.suite_dir / t))
+        return counts, steps
+
+    def __str__(self) -> str:
+        counts, steps = self.count()
+        elapsed = time.time() - self._t0
+        rate = (steps - self._steps0) / elapsed if elapsed > 0 else 0.0
+        eta = _duration((self.total - steps) / rate) if rate > 0 else "?"
+        parts = [f"{sum(counts.get(s, 0) for s in FINISHED)}/{len(self.steps_by_trial)} trials done",
+                 f"{counts.get('running', 0)} running", f"{counts.get('failed', 0)} failed"]
+        if counts.get("diverged"):
+            parts.append(f"{counts['diverged']} diverged")
+        return " | ".join(parts + [f"step {steps}/{self.total}", f"elapsed {_duration(elapsed)}", f"ETA {eta}"])
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------------
 
 
 def suite_status(results_dir: Path) -> str:
@@ -61,21 +146,13 @@ def _expected_trials(results_dir: Path) -> dict[str, int]:
 
 
 def _row(trial_dir: Path, steps: int | None) -> dict[str, Any]:
-    status: dict[str, Any] = {}
-    if (trial_dir / "status.json").exists():
-        try:
-            status = json.loads((trial_dir / "status.json").read_text())
-        except ValueError:
-            status = {}
+    status = read_status(trial_dir)
     if steps is None and (trial_dir / "config.yaml").exists():
         steps = ((yaml.safe_load((trial_dir / "config.yaml").read_text()) or {}).get("train") or {}).get("steps")
-    metrics = read_jsonl(trial_dir / "metrics.jsonl")
-    step = max(int(status.get("step") or 0), int(metrics[-1]["step"]) if metrics else 0)
-    evals = [r for r in read_jsonl(trial_dir / "eval.jsonl") if "eval/acc" in r]
+    step = max(int(status.get("step") or 0), last_step(trial_dir))
     error = (status.get("error") or "").replace("\n", " ")
     return {"trial": trial_dir.name, "status": status.get("status", "pending"),
-            "step": f"{step}/{steps if steps is not None else '?'}",
-            "acc": float(evals[-1]["eval/acc"]) if evals else None,
+            "step": f"{step}/{steps if steps is not None else '?'}", "acc": last_eval(trial_dir),
             "updated": _age(trial_dir) if status else "-",
             "error": error if len(error) <= 90 else error[:87] + "..."}
 

@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from harness.config import ConfigError
-from harness.status import suite_status
+from harness.status import ProgressLine, suite_status
 from harness.suite import expand, load_suite, parse_suite
 from harness.tracking import MlflowSink, RunLog, open_suite_run, read_jsonl
 
@@ -58,7 +58,7 @@ def assert_mlflow_mirrors_files(client, run, trial_dir: Path) -> None:
 
 def kill_session(sid: int) -> None:
     """SIGKILL every process of session `sid` (a driver started with start_new_session and its Ray)."""
-    out = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
         pid, s = map(int, line.split())
         if s == sid and pid != os.getpid():
@@ -85,11 +85,13 @@ def mlflow_server(tmp_path_factory):
     """A real `mlflow server` on 127.0.0.1 (free port, SQLite backend in tmp) for the module's tests."""
     root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'db.sqlite'}",
-         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=open(root / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    with open(root / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'db.sqlite'}",
+             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})   # no job-runner processes
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 180
     try:
@@ -150,6 +152,9 @@ def test_status_table_and_counts(tmp_path, tiny_base):
     assert [ln.split()[0] for ln in lines[2:-1]] == [ids[2], ids[1], ids[0], ids[3]]
     with pytest.raises(ConfigError, match="no suite results here"):
         suite_status(tmp_path / "nothing")
+    # the live progress line: failed counts as done; steps 6 (completed) + 6 (failed) + 2 (running) + 0
+    line = str(ProgressLine(results, {t: 6 for t in ids}))
+    assert line.startswith("2/4 trials done | 1 running | 1 failed | step 14/24 | elapsed 0m00s | ETA ?"), line
 
 
 def test_cli_status_resolves_name_dir_and_file(tmp_path, tiny_base, monkeypatch, capsys):
@@ -321,7 +326,7 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
     assert (suite_dir / "suite.yaml").read_text() == path.read_text()
     trials = {t.trial_id: t for t in expand(suite)}
     failed = [tid for tid in trials if tid.startswith("tis")]
-    for tid, trial in trials.items():
+    for tid in trials:
         status = json.loads((suite_dir / tid / "status.json").read_text())
         if tid in failed:
             assert status["status"] == "failed" and status["error"].startswith("FileNotFoundError: no model at")
@@ -370,8 +375,9 @@ def test_sigkill_driver_then_rerun_resumes_without_loss(tmp_path, tiny_base):
     results = tmp_path / "results"
     suite_dir = results / "resume"
     cmd = [sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(results)]
-    log1 = open(tmp_path / "run1.log", "w")
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(), stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / "run1.log", "w") as log1:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(), stdout=log1, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     statuses: dict[str, str | None] = {}
     try:
         deadline = time.time() + 300
@@ -397,7 +403,7 @@ def test_sigkill_driver_then_rerun_resumes_without_loss(tmp_path, tiny_base):
                        for t in interrupted if (suite_dir / t / "checkpoint.pt").exists()}
     assert checkpoint_step
 
-    rerun = subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=600,
+    rerun = subprocess.run(cmd, check=False, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=600,
                            start_new_session=True)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"{len(finished)} already finished, {len(ids) - len(finished)} to run" in rerun.stderr

@@ -48,7 +48,8 @@ STARTUP_TIMEOUT_S = 60.0
 _WORKER_SCRIPT = Path(__file__).with_name("_math_verify_worker.py")
 _BOX_OPEN_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _HASHES_RE = re.compile(r"####[ \t]*([^\n]*)")
-_NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+# A standalone number: not glued to letters or digits ("c03b" in an identifier is not the answer 3).
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?(?![\w])")
 _NOISE_RE = re.compile(r"\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|\\[,;:! ]|\\?\$|\s+")
 _DECIMAL_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
 _FRACTION_RE = re.compile(r"([+-]?)(?:\\frac\{(\d+)\}\{(\d+)\}|(\d+)/(\d+))")
