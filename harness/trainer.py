@@ -44,15 +44,34 @@ def batch_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index) % (2**63 - 1)
 
 
-def token_logp(model: torch.nn.Module, r: Rollout, rows: slice | torch.Tensor, temperature: float
+def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`."""
+    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`.
+
+    When the rows hold whole groups (responses of one prompt are `group_size` consecutive rows), each
+    prompt is run once and its KV cache repeated over the group, which roughly halves the cost of the
+    update on short responses; values agree with a full forward to float rounding (tests check 1e-5).
+    """
     prompt_ids, response_ids = r.prompt_ids[rows], r.response_ids[rows]
-    attn = torch.cat([r.prompt_mask[rows], r.response_mask[rows].long()], dim=1)
-    T = response_ids.shape[1]
-    out = model(input_ids=torch.cat([prompt_ids, response_ids], 1), attention_mask=attn,
-                position_ids=position_ids_from(attn), logits_to_keep=T + 1)
-    logprobs = torch.log_softmax(out.logits[:, :-1].float() / temperature, dim=-1)       # (b, T, V)
+    prompt_mask, response_mask = r.prompt_mask[rows], r.response_mask[rows].long()
+    b, T = response_ids.shape
+    attn = torch.cat([prompt_mask, response_mask], dim=1)
+    if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0:
+        unique_mask = prompt_mask[::group_size]
+        out = model(input_ids=prompt_ids[::group_size], attention_mask=unique_mask,
+                    position_ids=position_ids_from(unique_mask), use_cache=True, logits_to_keep=1)
+        cache = out.cache
+        cache.batch_repeat_interleave(group_size)
+        logits = out.logits.repeat_interleave(group_size, 0)                              # (b, 1, V)
+        if T > 1:
+            positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(T - 1, device=attn.device)
+            rest = model(input_ids=response_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions,
+                         cache=cache, use_cache=True).logits                                 # (b, T-1, V)
+            logits = torch.cat([logits, rest], dim=1)
+    else:
+        logits = model(input_ids=torch.cat([prompt_ids, response_ids], 1), attention_mask=attn,
+                       position_ids=position_ids_from(attn), logits_to_keep=T + 1).logits[:, :-1]
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)                    # (b, T, V)
     logp = logprobs.gather(2, response_ids.unsqueeze(2)).squeeze(2)
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
@@ -105,7 +124,7 @@ class Trainer:
             # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
             r = r.to(self.device)
             with torch.no_grad():
-                recomputed = token_logp(self.model, r, slice(None), cfg.train.temperature)[0]
+                recomputed = token_logp(self.model, r, slice(None), cfg.train.temperature, cfg.group_size)[0]
             gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
             if cfg.model.behavior_logp == "recompute":
                 r.logp_behavior = recomputed * r.response_mask
@@ -124,7 +143,7 @@ class Trainer:
         context = None
         if micro < B:                       # batch statistics once over the whole step batch
             with torch.no_grad():
-                logp_prox = torch.cat([token_logp(self.backend.model, r, slice(i, i + micro), tc.temperature)[0]
+                logp_prox = torch.cat([token_logp(self.backend.model, r, slice(i, i + micro), tc.temperature, cfg.group_size)[0]
                                        for i in range(0, B, micro)])
             context = prepare_context(cfg.algorithm, LossInputs(logp_prox, r.logp_behavior, adv, mask, batch.group_ids),
                                       eps=cfg.eps, **cfg.params)
@@ -133,7 +152,7 @@ class Trainer:
         loss_sum, metric_sums, logps, entropies = 0.0, {}, [], []
         for i in range(0, B, micro):
             rows = slice(i, i + micro)
-            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature)
+            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size)
             if not torch.isfinite(logp.detach()[mask[rows]]).all():
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows])
@@ -161,7 +180,7 @@ class Trainer:
         if self.ref_model is None:
             return torch.zeros(())
         with torch.no_grad():
-            ref = token_logp(self.ref_model, r, rows, self.cfg.train.temperature)[0]
+            ref = token_logp(self.ref_model, r, rows, self.cfg.train.temperature, self.cfg.group_size)[0]
         kl = torch.exp(ref - logp) - (ref - logp) - 1
         return self.cfg.train.kl_beta * aggregate(kl, r.response_mask[rows], self.cfg.train.aggregation,
                                                   max_tokens=self.cfg.train.max_new_tokens, **totals)

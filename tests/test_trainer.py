@@ -105,8 +105,8 @@ def test_nan_is_recorded_as_diverged(tiny_base, tmp_path, monkeypatch):
     original = trainer_mod.token_logp
     calls = {"n": 0}
 
-    def poisoned(model, r, rows, temperature):
-        logp, ent = original(model, r, rows, temperature)
+    def poisoned(model, r, rows, temperature, group_size=1):
+        logp, ent = original(model, r, rows, temperature, group_size)
         calls["n"] += 1
         return (logp * float("nan") if calls["n"] >= 3 else logp), ent
 
@@ -167,3 +167,19 @@ def test_deepspeed_backend_matches_plain_torch(tiny_base, tmp_path, stage):
         assert b["loss/value"] == pytest.approx(a["loss/value"], abs=1e-5)
         assert b["opt/grad_norm"] == pytest.approx(a["opt/grad_norm"], rel=1e-4)
         assert b["train/reward_mean"] == a["train/reward_mean"]
+
+
+def test_shared_prompt_forward_matches_full_forward(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    r = HFEngine(model, tok).generate(["1+2=", "123+456=", "9="], n=4, temperature=1.0, max_new_tokens=6, seed=5)
+    full, full_ent = token_logp(model, r, slice(None), 1.0)
+    shared, shared_ent = token_logp(model, r, slice(None), 1.0, group_size=4)
+    valid = r.response_mask
+    assert (full - shared).detach()[valid].abs().max() < 1e-5
+    assert (full_ent - shared_ent)[valid].abs().max() < 1e-5
+    # Gradients agree too: d/dθ of the summed log-probs.
+    g_full = torch.autograd.grad(full[valid].sum(), list(model.parameters()))
+    g_shared = torch.autograd.grad(shared[valid].sum(), list(model.parameters()))
+    for a, b in zip(g_full, g_shared):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    assert (token_logp(model, r, slice(4, 8), 1.0, 4)[0] - full[4:8]).detach()[valid[4:8]].abs().max() < 1e-5
