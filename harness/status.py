@@ -75,6 +75,8 @@ class ProgressLine:
         self.suite_dir, self.steps_by_trial = Path(suite_dir), steps_by_trial
         self.total = sum(steps_by_trial.values())
         self._t0, self._steps0 = time.time(), self.count()[1]
+        self._first: tuple[float, int] | None = None     # (time, steps) when steps first moved: the pace
+                                                          # excludes Ray's start-up
 
     def count(self) -> tuple[dict[str, int], int]:
         counts: dict[str, int] = {}
@@ -87,9 +89,12 @@ class ProgressLine:
 
     def __str__(self) -> str:
         counts, steps = self.count()
-        elapsed = time.time() - self._t0
-        rate = (steps - self._steps0) / elapsed if elapsed > 0 else 0.0
+        now = time.time()
+        if self._first is None and steps > self._steps0:
+            self._first = (now, steps)
+        rate = (steps - self._first[1]) / (now - self._first[0]) if self._first and now > self._first[0] else 0.0
         eta = _duration((self.total - steps) / rate) if rate > 0 else "?"
+        elapsed = now - self._t0
         parts = [f"{sum(counts.get(s, 0) for s in FINISHED)}/{len(self.steps_by_trial)} trials done",
                  f"{counts.get('running', 0)} running", f"{counts.get('failed', 0)} failed"]
         if counts.get("diverged"):

@@ -84,11 +84,15 @@ class RunLog:
         assert status in STATUSES, status
         record = {"trial_id": self.dir.name, "status": status, "step": step, "error": error,
                   "diverged_step": diverged_step, "updated_at": time.time(), **(extra or {})}
-        _write_atomic(self.dir / "status.json", json.dumps(record, indent=1))
-        if status != "running":
-            self.flush()
-            if self.sink is not None:
-                self.sink.set_status(status, error)
+        try:
+            if status != "running":
+                # The mirror first: a rerun skips a trial whose status.json says it finished, so a kill
+                # between the two must leave the trial unfinished, not its last rows unmirrored.
+                self.flush()
+                if self.sink is not None:
+                    self.sink.set_status(status, error)
+        finally:
+            _write_atomic(self.dir / "status.json", json.dumps(record, indent=1))
 
     def read_status(self) -> dict[str, Any] | None:
         path = self.dir / "status.json"
@@ -156,11 +160,12 @@ class MlflowSink:
             if parent_run_id:
                 tags["mlflow.parentRunId"] = parent_run_id
             self.run_id = self.client.create_run(experiment_id, tags=tags, run_name=trial_id).info.run_id
-        if not found or not found[0].data.params:   # also when a killed process created the run but no params
-            from mlflow.entities import Param
-            items = [Param(mlflow_name(k), str(v)[:6000]) for k, v in params.items()]
-            for i in range(0, len(items), 100):
-                self.client.log_batch(self.run_id, params=items[i:i + 100])
+        # The params the run lacks: all of them for a new run; on resume, any a killed process did not log.
+        from mlflow.entities import Param
+        held = found[0].data.params if found else {}
+        items = [Param(mlflow_name(k), str(v)[:6000]) for k, v in params.items() if mlflow_name(k) not in held]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
         # Per metric, the last step MLflow already holds (only non-empty when resuming).
         self.logged_through = {key: max(m.step for m in self.client.get_metric_history(self.run_id, key))
                                for key in self.client.get_run(self.run_id).data.metrics}

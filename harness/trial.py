@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import flatten
+from .config import flatten, to_dict
 from .suite import Trial
-from .tracking import MetricSink, RunLog, read_jsonl
+from .tracking import RunLog, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,18 @@ class MlflowTarget:
 
 
 def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None, progress: bool = False) -> dict[str, Any]:
-    """Run `trial` into suite_dir/<trial_id>; returns its status record. Never raises for a trial error."""
+    """Run `trial` into suite_dir/<trial_id> and return its status record.
+
+    A finished trial (completed or diverged) is not rerun. An error inside the trial is recorded as
+    `failed` with a one-line reason (traceback in error.log) and re-raised as TrialFailed, so that the
+    runner can retry transient failures.
+    """
     trial_dir = Path(suite_dir) / trial.trial_id
     log = RunLog(trial_dir)
     previous = log.read_status()
     if previous and previous["status"] in ("completed", "diverged"):
         return previous
-    sink: MetricSink | None = None
+    sink = None
     try:
         if mlflow is not None:
             from .tracking import MlflowSink
@@ -40,7 +45,6 @@ def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None,
             log.sink = sink
         if trial.config.lab is not None:
             from .lab.dynamics import run_lab_trial
-            from .config import to_dict
             log.start(to_dict(trial.config), trial.params)
             status = run_lab_trial(trial.config, log)
             last = read_jsonl(log.dir / "metrics.jsonl")
@@ -55,7 +59,7 @@ def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None,
         log.status("failed", step=(log.read_status() or {}).get("step", 0), error=message)
         raise TrialFailed(message) from exc
     finally:
-        if sink is not None and hasattr(sink, "log_artifacts"):
+        if sink is not None:
             log.flush()
             sink.log_artifacts(trial_dir)
     return log.read_status() or {}

@@ -53,7 +53,10 @@ Say = Callable[[str], None]
 
 def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: str | None = None,
               progress: bool = True) -> dict[str, int]:
-    """Run every trial of `suite` not yet completed or diverged; returns {status: number of trials}."""
+    """Run every trial of `suite` not yet completed or diverged; returns {status: number of trials}.
+
+    Raises KeyboardInterrupt when interrupted (Ctrl+C) after Tune stopped the trials; running the same
+    suite again resumes them."""
     suite_dir = (Path(results_root) / suite.name).resolve()
     trials = expand(suite)
     ids = [t.trial_id for t in trials]
@@ -64,24 +67,25 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         f"{len(pending)} to run -> {suite_dir}")
     if not pending:
         return count_statuses(suite_dir, ids)
-    broken = _prepare_models(pending, say)
-    for tid, reason in broken.items():
-        RunLog(suite_dir / tid).status("failed", step=0, error=reason)
-        say(f"FAILED {tid}: {reason}")
-    runnable = [t for t in pending if t.trial_id not in broken]
     target = _open_mlflow(suite, Path(results_root), "suite", len(pending))
     interrupted = True
     try:
+        broken = _prepare_models(pending, say)
+        for tid, reason in broken.items():
+            _record_failure(suite_dir / tid, reason, target)
+            say(f"FAILED {tid}: {reason}")
+        runnable = [t for t in pending if t.trial_id not in broken]
         if runnable:
             steps = {t.trial_id: t.config.train.steps for t in trials}
-            with _ray_session(address), _ProgressThread(ProgressLine(suite_dir, steps), progress):
+            with _ray_session(address, say), _ProgressThread(ProgressLine(suite_dir, steps), progress):
                 _fit(suite, runnable, suite_dir, target, say)
-        interrupted = any(read_status(suite_dir / t.trial_id).get("status") == "running" for t in runnable)
+        interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in ("completed", "diverged", "failed")
+                          for t in runnable)
     finally:
         counts = count_statuses(suite_dir, ids)
         close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
-    if interrupted:
-        say(f"{counts.get('running', 0)} trial(s) did not finish; run the same command again to resume them")
+    if interrupted:           # Ctrl+C: Tune stops the trials and returns; the caller sees the interrupt
+        raise KeyboardInterrupt(f"{counts.get('running', 0)} trial(s) did not finish")
     return counts
 
 
@@ -137,8 +141,12 @@ def _open_mlflow(suite: Suite, results_root: Path, role: str, pending: int) -> M
     tags = {"stalebench.role": role, "stalebench.suite": suite.name, "stalebench.suite_sha256": suite.sha256,
             "stalebench.pending_trials": str(pending), "stalebench.host": os.uname().nodename}
     suite_file = results_root.resolve() / suite.name / "suite.yaml"
-    experiment_id, run_id = open_suite_run(uri, suite.name, f"{role}-{time.strftime('%Y%m%d-%H%M%S')}", tags,
-                                           artifact_location=artifacts, artifacts=(suite_file,))
+    try:
+        experiment_id, run_id = open_suite_run(uri, suite.name, f"{role}-{time.strftime('%Y%m%d-%H%M%S')}", tags,
+                                               artifact_location=artifacts, artifacts=(suite_file,))
+    except Exception as exc:  # noqa: BLE001 — an unreachable or misconfigured store: one line, not a traceback
+        raise ConfigError(f"MLflow tracking store {uri} (MLFLOW_TRACKING_URI): {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}"[:500]) from None
     return MlflowTarget(uri, experiment_id, run_id)
 
 
@@ -154,18 +162,24 @@ def _env(values: dict[str, str]) -> Iterator[None]:
         yield
     finally:
         for k, v in before.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
-def _ray_session(address: str | None) -> Iterator[None]:
+def _ray_session(address: str | None, say: Say) -> Iterator[None]:
     """Ray for one invocation: a fresh local instance with os.cpu_count() CPUs, or the cluster at
     `address` / $RAY_ADDRESS. Ray's console output (logs, worker output, error relays) is silenced."""
     address = address or os.environ.get("RAY_ADDRESS") or None
-    env = {"RAY_CHDIR_TO_TRIAL_DIR": "0",               # trials use absolute paths; relative config paths
-           "RAY_AIR_NEW_OUTPUT": "0",                   # keep their meaning. verbose=0 is silent only in the
-           "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}   # old output engine; results go to results/, not Tune's
-    if address is None:                                  # loggers. Our own local cluster: no token auth
+    if address == "local":
+        address = None
+    # Trials keep the driver's working directory (relative paths in a config keep their meaning);
+    # verbose=0 is silent only with Tune's old output engine; results live in results/, not in Tune's
+    # loggers; a local cluster of our own needs no token auth (Ray 2.60 turns it on by default).
+    env = {"RAY_CHDIR_TO_TRIAL_DIR": "0", "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}
+    if address is None:
         env["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE", "disabled")
     with _env(env), _quiet_ray_driver():
         owned = not ray.is_initialized()
@@ -175,7 +189,12 @@ def _ray_session(address: str | None) -> Iterator[None]:
                 ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
             else:                                        # the workers of a cluster do not inherit our env
                 passed = {k: v for k, v in os.environ.items() if k.startswith(("STALEBENCH_", "MLFLOW_", "HF_"))}
-                ray.init(address=address, runtime_env={"env_vars": {**passed, **env}}, **kwargs)
+                say(f"connecting to the Ray cluster at {address} ...")   # Ray retries a wrong address for long
+                try:
+                    ray.init(address=address, runtime_env={"env_vars": {**passed, **env}}, **kwargs)
+                except (ConnectionError, ValueError, RuntimeError) as exc:
+                    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise ConfigError(f"--address/RAY_ADDRESS {address}: cannot connect to Ray: {msg}"[:500]) from None
         try:
             yield
         finally:
@@ -309,13 +328,18 @@ class _TrialEvents(tune.Callback):
             return record["error"]
         reason = _error_reason(trial)            # the worker died without recording its failure
         if final:
-            RunLog(trial_dir).status("failed", step=int(record.get("step") or 0), error=reason)
-            if self.target is not None:
-                with contextlib.suppress(Exception):     # the mirror is best effort; the files are the truth
-                    from .tracking import MlflowSink
-                    MlflowSink(self.target.tracking_uri, self.target.experiment_id, self.target.parent_run_id,
-                               trial_dir.name, {"trial_id": trial_dir.name}).set_status("failed", reason)
+            _record_failure(trial_dir, reason, self.target, step=int(record.get("step") or 0))
         return reason
+
+
+def _record_failure(trial_dir: Path, reason: str, target: MlflowTarget | None, step: int = 0) -> None:
+    """A `failed` status written by the driver (the trial could not record it), mirrored to MLflow."""
+    RunLog(trial_dir).status("failed", step=step, error=reason)
+    if target is not None:
+        with contextlib.suppress(Exception):     # the mirror is best effort; the files are the truth
+            from .tracking import MlflowSink
+            MlflowSink(target.tracking_uri, target.experiment_id, target.parent_run_id, trial_dir.name,
+                       {"trial_id": trial_dir.name}).set_status("failed", reason)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -326,7 +350,7 @@ _live_line = threading.Event()          # a \r-rewritten progress line is on the
 
 
 @dataclass(frozen=True)
-class _printer:                         # noqa: N801 — a picklable function (Tune pickles its callbacks)
+class _printer:                         # a picklable function: Tune pickles its callbacks
     enabled: bool
 
     def __call__(self, line: str) -> None:
@@ -421,7 +445,10 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
                progress: bool = True) -> Path:
     """Search `tune.param` for every estimator of the suite's grid with the same number of trials, at
     delay 0, the first value of every other grid axis and the first seed; write the best value per
-    estimator as suite `overrides:` to results/<suite>/tuned-overrides.yaml and return that path."""
+    estimator as suite `overrides:` to results/<suite>/tuned-overrides.yaml and return that path.
+
+    Trials live in results/<suite>/tune/<estimator>-<param><value>; an interrupted search starts again
+    (the seeded sampler proposes the same values first, and a finished trial of a value is not rerun)."""
     spec = parse_tune(suite)
     say = _printer(progress)
     suite_dir = (Path(results_root) / suite.name).resolve()
@@ -433,9 +460,11 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
         f"{spec.trials_per_algorithm} trials each at delay 0 -> {suite_dir / 'tune'}")
     target = _open_mlflow(suite, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
+    (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
+    (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
     results: dict[str, list[dict[str, Any]]] = {}
     try:
-        with _ray_session(address):
+        with _ray_session(address, say):
             for algorithm in algorithms:
                 results[algorithm] = _search(suite, spec, algorithm, fixed, suite_dir, target, say)
     finally:
@@ -458,6 +487,7 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)      # not 'A new study created in memory ...'
     res = suite.resources
     cluster = ray.cluster_resources()
     fits = int(cluster.get("CPU", 1) // res.cpu) if not res.gpu else int(cluster.get("GPU", 0) // res.gpu)
@@ -471,18 +501,19 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
         {"cpu": res.cpu, "gpu": res.gpu})
     grid = tune.Tuner(
         trainable, param_space={"value": tune.loguniform(spec.low, spec.high)},
-        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=spec.trials_per_algorithm),
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=spec.trials_per_algorithm, reuse_actors=True),
         run_config=tune.RunConfig(name=f"{suite.name}-tune-{algorithm}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=_storage_path(suite_dir), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=res.max_failures),
                                   callbacks=[_TuneEvents(algorithm, spec, say)])).fit()
+    if any(r.error is None and not (r.metrics or {}).get("status") for r in grid):
+        raise KeyboardInterrupt(f"tuning {algorithm} was interrupted")      # Ctrl+C: Tune stopped and returned
     rows = []
     for result in grid:
         value, metrics = float(result.config["value"]), result.metrics or {}
         rows.append({"algorithm": algorithm, spec.param: value, "status": metrics.get("status", "failed"),
                      "objective": metrics.get("objective"), "trial_id": _tune_trial(suite, spec, algorithm, fixed, value).trial_id})
     rows.sort(key=lambda r: r[spec.param])
-    (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
     with open(suite_dir / "tune" / "trials.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     return rows

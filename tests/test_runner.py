@@ -1,9 +1,10 @@
 """The suite runner on real Ray Tune and real MLflow (a tracking server and the embedded SQLite store).
 
-Fast tests need no Ray: status counting and the status table, the driver-side model preparation, the
-MLflow resume dedupe, the `tune:` section, the import boundary. The Ray tests use the random tiny model
-of conftest (`model.kind: path`), so no base model is built. A run_suite costs a local Ray start (~5-20 s
-on 2 cores); the SIGKILL test runs the CLI twice.
+Without Ray (fast): the status table and progress line, the driver-side model preparation, the MLflow
+resume dedupe and the kill-while-mirroring order, the experiment-creation race, the `tune:` section, the
+import boundary. With Ray: one suite through run_suite against a real `mlflow server` (default run);
+behind `-m slow`: SIGKILL of the CLI and rerun, a killed worker retried, tune_suite, a `ray start` cluster
+with shared storage. Ray tests use conftest's random tiny model (`model.kind: path`): no base model build.
 """
 from __future__ import annotations
 
@@ -229,6 +230,36 @@ def test_mlflow_resume_backfills_unflushed_rows_and_skips_logged_ones(tmp_path, 
     assert client.get_run(runs["t"].info.run_id).info.status == "FINISHED"
 
 
+class _DyingSink:
+    """A mirror whose process is killed while it flushes (os._exit: no finally, no atexit)."""
+
+    def log_rows(self, rows):
+        os._exit(9)
+
+    def set_status(self, status, error):
+        pass
+
+
+def _finish_and_die(trial_dir: Path) -> None:
+    log = RunLog(trial_dir, _DyingSink(), flush_every=100)
+    log.start({}, {})
+    log.metrics(1, {"loss/value": 1.0})
+    log.status("completed", step=1)
+
+
+def test_a_kill_while_mirroring_the_last_rows_leaves_the_trial_unfinished(tmp_path):
+    """status.json is what a rerun trusts to skip a trial: it may say `completed` only once the
+    mirror holds every row, else a kill in between loses the last rows from MLflow for good."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=_finish_and_die, args=(tmp_path / "t",))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 9
+    assert json.loads((tmp_path / "t" / "status.json").read_text())["status"] == "running"
+    assert [r["step"] for r in read_jsonl(tmp_path / "t" / "metrics.jsonl")] == [1]
+
+
 def test_open_suite_run_survives_the_create_race(mlflow_server, monkeypatch):
     from mlflow.tracking import MlflowClient
 
@@ -361,15 +392,15 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
     assert "3 failed" not in suite_status(suite_dir) and "6 trials: 2 failed, 4 completed" in suite_status(suite_dir)
 
 
+@pytest.mark.slow      # two CLI runs, two Ray starts: 80-150 s on 2 cores
 def test_sigkill_driver_then_rerun_resumes_without_loss(tmp_path, tiny_base):
     """SIGKILL the whole `stalebench run` process group mid-suite, run the same command again: finished
     trials are not rerun, the interrupted one resumes from its checkpoint, files and MLflow (the default
     SQLite store) hold every step exactly once, one child run per trial."""
     from mlflow.tracking import MlflowClient
 
-    base = {**tiny_base, "train": {**tiny_base["train"], "steps": 40, "checkpoint_every": 4}, "eval": {"every_steps": 10}}
-    path = make_suite(tmp_path, "resume", base, {"algorithm": ["grpo", "gmc_grpo"], "delay": [0, 2]},
-                      resources={"cpu": 1, "max_concurrent": 1})
+    base = {**tiny_base, "train": {**tiny_base["train"], "steps": 30, "checkpoint_every": 4}, "eval": {"every_steps": 10}}
+    path = make_suite(tmp_path, "resume", base, {"algorithm": ["grpo", "gmc_grpo"], "delay": [0, 2]})
     suite = load_suite(path)
     ids = [t.trial_id for t in expand(suite)]
     results = tmp_path / "results"
@@ -410,8 +441,8 @@ def test_sigkill_driver_then_rerun_resumes_without_loss(tmp_path, tiny_base):
     assert "Traceback" not in rerun.stdout + rerun.stderr
     for t in ids:
         assert _status(suite_dir / t) == "completed"
-        assert [r["step"] for r in read_jsonl(suite_dir / t / "metrics.jsonl")] == list(range(1, 41))
-        assert [r["step"] for r in read_jsonl(suite_dir / t / "eval.jsonl")] == [0, 10, 20, 30, 40]
+        assert [r["step"] for r in read_jsonl(suite_dir / t / "metrics.jsonl")] == list(range(1, 31))
+        assert [r["step"] for r in read_jsonl(suite_dir / t / "eval.jsonl")] == [0, 10, 20, 30]
     for t, text in finished.items():                   # not scheduled again: status.json untouched
         assert (suite_dir / t / "status.json").read_text() == text
     for t, step in checkpoint_step.items():            # resumed, not restarted: the rows up to the
@@ -490,3 +521,32 @@ def test_tune_suite_equal_budget_and_overrides(tmp_path, tiny_base, monkeypatch)
     for r in rows:
         cfg = yaml.safe_load((tmp_path / "results" / "tn" / "tune" / r["trial_id"] / "config.yaml").read_text())
         assert cfg["delay"] == 0 and cfg["train"]["lr"] == pytest.approx(r["train.lr"])
+
+
+@pytest.mark.slow
+def test_run_suite_on_a_ray_cluster_with_shared_storage(tmp_path, tiny_base, monkeypatch):
+    """The cluster path: a Ray head started with `ray start` (its own temp dir, so no other process on
+    the machine discovers it), run_suite(address=...), Tune's storage at $STALEBENCH_STORAGE_PATH."""
+    import shutil
+    import tempfile
+
+    from harness.tune_runner import run_suite
+
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")      # short: Ray's socket paths have a length limit
+    port = free_port()
+    head = subprocess.Popen(["ray", "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                             f"--temp-dir={temp}", "--disable-usage-stats"], env=cli_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = head.communicate(timeout=240)
+        assert head.returncode == 0, out
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+        monkeypatch.setenv("STALEBENCH_STORAGE_PATH", str(tmp_path / "shared" / "ray"))
+        suite = load_suite(make_suite(tmp_path, "cluster", tiny_base, {"algorithm": ["grpo", "tis"]}))
+        counts = run_suite(suite, results_root=tmp_path / "results", address=f"127.0.0.1:{port}")
+        assert counts == {"completed": 2}
+        assert [p.name.startswith("cluster-") for p in (tmp_path / "shared" / "ray").iterdir()] == [True]
+        assert not (tmp_path / "results" / "cluster" / "ray").exists()
+    finally:
+        kill_session(head.pid)
+        shutil.rmtree(temp, ignore_errors=True)
