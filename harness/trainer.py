@@ -6,6 +6,7 @@ docs/metrics.md) go to the trial's RunLog, one row per consumed batch.
 """
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,6 +296,7 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, progress: bool) -> str:
         bar.close()
     log.status("completed", step=steps)
     ckpt.unlink(missing_ok=True)
+    shutil.rmtree(ckpt.with_suffix(".ds"), ignore_errors=True)     # DeepSpeed's checkpoint directory
     return "completed"
 
 

@@ -36,25 +36,24 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _fixed(key: str, digits: int = 3) -> Callable[[dict[str, Any]], Cell]:
+def _formatted(key: str, fmt: Callable[[float], str]) -> Callable[[dict[str, Any]], Cell]:
+    """A numeric cell: `fmt(value)` for display, the raw value for sorting, a dash when missing."""
     def value(r: dict[str, Any]) -> Cell:
         f = _num(r.get(key))
-        return (DASH, "") if f is None else (f"{f:.{digits}f}", f)
+        return (DASH, "") if f is None else (fmt(f), f)
     return value
+
+
+def _fixed(key: str, digits: int = 3) -> Callable[[dict[str, Any]], Cell]:
+    return _formatted(key, lambda f: f"{f:.{digits}f}")
 
 
 def _percent(key: str) -> Callable[[dict[str, Any]], Cell]:
-    def value(r: dict[str, Any]) -> Cell:
-        f = _num(r.get(key))
-        return (DASH, "") if f is None else (f"{100 * f:.0f}%", f)
-    return value
+    return _formatted(key, lambda f: f"{100 * f:.0f}%")
 
 
 def _integer(key: str) -> Callable[[dict[str, Any]], Cell]:
-    def value(r: dict[str, Any]) -> Cell:
-        f = _num(r.get(key))
-        return (DASH, "") if f is None else (f"{f:.0f}", f)
-    return value
+    return _formatted(key, lambda f: f"{f:.0f}")
 
 
 def _text(key: str) -> Callable[[dict[str, Any]], Cell]:
