@@ -82,7 +82,7 @@ def prepare(inp: LossInputs, *, eps: float, rho0: float = 0.4, c_low: float = 0.
         "bapo/c_low": path_low[k], "bapo/c_high": path_high[k], "bapo/pos_neg_ratio": ratio_pn})
 
 
-@register("bapo", prepare=prepare)
+@register("bapo", prepare=prepare, uses_eps=False)
 def bapo(inp: LossInputs, ctx: BatchContext, *, eps: float):
     low = ctx.tensors["c_low"].to(inp.logp.dtype)
     high = ctx.tensors["c_high"].to(inp.logp.dtype)

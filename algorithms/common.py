@@ -224,3 +224,15 @@ def ppo_clip_token_loss(ratio: Tensor, adv: Tensor, low: Tensor | float, high: T
     """ℓ = max(−A ρ, −A clip(ρ, low, high)), A broadcast over tokens: (B, T)."""
     adv = adv.unsqueeze(1)
     return torch.maximum(-adv * ratio, -adv * ratio.clamp(low, high))
+
+
+def proximal_log_prob(inp: LossInputs) -> Tensor:
+    """log π_prox, (B, T), no grad: `logp_proximal` when given (several updates per batch), else
+    π_θ itself at this moment (one update per batch: π_prox = π_θ at the start of the step)."""
+    return (inp.logp if inp.logp_proximal is None else inp.logp_proximal).detach()
+
+
+def proximal_ratio(inp: LossInputs) -> Tensor:
+    """π_θ / π_prox per token, (B, T), with grad through logp; log-ratio clamped like token_ratio."""
+    lam = (inp.logp - proximal_log_prob(inp)) * inp.mask
+    return torch.exp(lam.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO))

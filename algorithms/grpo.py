@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import BatchContext, LossInputs, masked_max, masked_mean, ppo_clip_token_loss, token_ratio
+from .common import BatchContext, LossInputs, masked_mean, ppo_clip_token_loss, token_ratio
 from .registry import register
 
 
@@ -42,7 +42,5 @@ def grpo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_low: float | Non
         "is/clip_frac_low": masked_mean(clip_low.float(), inp.mask),
         "is/clip_frac_high": masked_mean(clip_high.float(), inp.mask),
         "is/clip_frac": masked_mean((clip_low | clip_high).float(), inp.mask),
-        "is/ratio_mean": masked_mean(r, inp.mask),
-        "is/ratio_max": masked_max(r, inp.mask),
     }
     return loss, metrics

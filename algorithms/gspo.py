@@ -15,7 +15,7 @@ from .registry import register
 import torch
 
 
-@register("gspo")
+@register("gspo", uses_eps=False)
 def gspo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_low: float = 3e-4, eps_high: float = 4e-4):
     lengths = inp.mask.sum(dim=1).clamp_min(1)                  # (B,)
     log_s = token_log_ratio(inp).sum(dim=1) / lengths

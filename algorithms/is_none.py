@@ -6,13 +6,12 @@ Deviation: [ours] log-ratios clamped to ±20 before exp (see common.py).
 """
 from __future__ import annotations
 
-from .common import BatchContext, LossInputs, masked_max, masked_mean, token_ratio
+from .common import BatchContext, LossInputs, token_ratio
 from .registry import register
 
 
-@register("is_none")
+@register("is_none", uses_eps=False)
 def is_none(inp: LossInputs, ctx: BatchContext, *, eps: float):
     ratio = token_ratio(inp)                                     # (B, T)
     loss = -inp.advantages.unsqueeze(1) * ratio
-    r = ratio.detach()
-    return loss, {"is/ratio_mean": masked_mean(r, inp.mask), "is/ratio_max": masked_max(r, inp.mask)}
+    return loss, {}                  # ratio statistics are the trainer's (policy_metrics), for every estimator

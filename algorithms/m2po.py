@@ -77,7 +77,7 @@ def prepare(inp: LossInputs, *, eps: float, tau: float = 0.04) -> BatchContext:
     })
 
 
-@register("m2po", prepare=prepare)
+@register("m2po", prepare=prepare, uses_eps=False)
 def m2po(inp: LossInputs, ctx: BatchContext, *, eps: float):
     ratio = token_ratio(inp)                                     # (B, T)
     loss = -(ctx.tensors["keep"] * ratio * inp.advantages.unsqueeze(1))

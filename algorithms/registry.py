@@ -30,6 +30,7 @@ class Estimator:
     token_loss: TokenLossFn
     prepare: PrepareFn | None
     defaults: dict[str, object]   # the estimator's own parameters (besides eps) and their defaults
+    uses_eps: bool = True         # whether the suite-level ε changes the estimator (grids skip it otherwise)
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -42,12 +43,13 @@ def _own_params(fn: Callable | None) -> dict[str, object]:
             if p.kind is p.KEYWORD_ONLY and p.name != "eps"}
 
 
-def register(name: str, prepare: PrepareFn | None = None) -> Callable[[TokenLossFn], TokenLossFn]:
+def register(name: str, prepare: PrepareFn | None = None, uses_eps: bool = True) -> Callable[[TokenLossFn], TokenLossFn]:
+    """Register an estimator; `uses_eps=False` declares that it accepts and ignores ε."""
     def deco(fn: TokenLossFn) -> TokenLossFn:
         if name in _REGISTRY:
             raise ValueError(f"estimator {name!r} is registered twice")
         defaults = {**_own_params(prepare), **_own_params(fn)}
-        _REGISTRY[name] = Estimator(name, fn, prepare, defaults)
+        _REGISTRY[name] = Estimator(name, fn, prepare, defaults, uses_eps)
         return fn
     return deco
 
@@ -62,6 +64,11 @@ def get_estimator(name: str) -> Estimator:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown estimator {name!r}; valid: {', '.join(loss_names())}") from None
+
+
+def uses_eps(name: str) -> bool:
+    """Whether the suite-level ε changes estimator `name` (False: a grid need not run it at every ε)."""
+    return get_estimator(name).uses_eps
 
 
 def estimator_defaults(name: str) -> dict[str, object]:

@@ -11,10 +11,9 @@ from .common import BatchContext, LossInputs, masked_mean, token_ratio
 from .registry import register
 
 
-@register("tis")
+@register("tis", uses_eps=False)
 def tis(inp: LossInputs, ctx: BatchContext, *, eps: float, cap: float = 2.0):
     ratio = token_ratio(inp).detach()                            # (B, T)
     weight = torch.clamp(ratio, max=cap)
     loss = -weight * inp.advantages.unsqueeze(1) * inp.logp
-    return loss, {"tis/truncated_frac": masked_mean((ratio > cap).float(), inp.mask),
-                  "is/ratio_mean": masked_mean(ratio, inp.mask)}
+    return loss, {"tis/truncated_frac": masked_mean((ratio > cap).float(), inp.mask)}

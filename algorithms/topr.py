@@ -22,6 +22,6 @@ def prepare(inp: LossInputs, *, eps: float) -> BatchContext:
     return BatchContext(tensors={"weight": weight}, metrics={"topr/tapered_frac": frac})
 
 
-@register("topr", prepare=prepare)
+@register("topr", prepare=prepare, uses_eps=False)
 def topr(inp: LossInputs, ctx: BatchContext, *, eps: float):
     return reinforce_token_loss(ctx.tensors["weight"], inp), {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -24,6 +25,25 @@ from .config import RunConfig
 def _adamw(params, cfg: RunConfig) -> torch.optim.Optimizer:
     tc = cfg.train
     return torch.optim.AdamW(params, lr=tc.lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint written by a backend, unpickled with torch's weights-only loader: tensors, numbers,
+    strings and containers, plus the few stalebench types a delay buffer holds (listed here). A crafted
+    file cannot run code; a file that is not such a checkpoint is refused with one line."""
+    from .rollout.base import Rollout
+    from .tasks.base import Problem
+    from .trainer import Batch
+
+    try:
+        with torch.serialization.safe_globals([Batch, Rollout, Problem]):
+            state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 — pickle errors of any kind: refuse the file, never execute it
+        raise ValueError(f"{path}: not a loadable stalebench checkpoint ({type(exc).__name__}); delete it to "
+                         f"restart the trial") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: not a stalebench checkpoint; delete it to restart the trial")
+    return state
 
 
 class TorchBackend:
@@ -50,10 +70,13 @@ class TorchBackend:
         os.replace(tmp, path)
 
     def load(self, path: Path) -> dict:
-        state = torch.load(path, weights_only=False)
+        state = load_checkpoint(path)
         self.module.load_state_dict(state.pop("model"))
         self.opt.load_state_dict(state.pop("opt"))
         return state
+
+    def remove_checkpoint(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
 
 
 class DeepSpeedBackend:
@@ -106,11 +129,17 @@ class DeepSpeedBackend:
 
     def save(self, path: Path, extra: dict) -> None:
         self.model.save_checkpoint(str(path.with_suffix(".ds")), tag="latest", client_state=extra)
-        torch.save({"deepspeed": True}, path)
+        torch.save({"deepspeed": True, **extra}, path)
 
     def load(self, path: Path) -> dict:
+        if "identity" not in load_checkpoint(path):   # the marker carries the trial's identity too
+            raise ValueError(f"{path}: not a stalebench DeepSpeed checkpoint marker; delete it to restart the trial")
         _, client_state = self.model.load_checkpoint(str(path.with_suffix(".ds")), tag="latest")
         return dict(client_state or {})
+
+    def remove_checkpoint(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        shutil.rmtree(path.with_suffix(".ds"), ignore_errors=True)
 
 
 def make_backend(model: torch.nn.Module, cfg: RunConfig, micro_batches: int) -> TorchBackend | DeepSpeedBackend:

@@ -8,6 +8,10 @@
     stalebench tune SUITE.yaml                     Optuna (through Ray Tune) learning rates per estimator
     stalebench eval --model PATH --benchmarks gsm8k,math500
     stalebench check SUITE.yaml                    validate a suite without running it
+    stalebench build-base --name tiny-addrev-v2    build a new frozen base checkpoint version
+
+run, train, check and tune take `--set key=value` overrides of the suite's base (e.g. --set train.lr=3e-4);
+they become part of each trial's resolved config, and so of its identity.
 """
 from __future__ import annotations
 
@@ -19,11 +23,35 @@ from pathlib import Path
 from .config import ConfigError
 
 
+def _suite_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", help="suite file, e.g. suites/quickstart.yaml")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting of the suite's base (dotted key, YAML value); repeatable")
+    p.add_argument("--max-trials", type=int, default=None, help="refuse grids larger than this (default 20000)")
+
+
+def _identity_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--rerun-changed", dest="on_change", action="store_const", const="rerun-changed", default="error",
+                   help="rerun trials whose resolved config changed (old results kept under .superseded/)")
+    g.add_argument("--force", dest="on_change", action="store_const", const="force",
+                   help="rerun every trial (old results kept under .superseded/)")
+
+
+def _load(args):
+    from .suite import MAX_TRIALS, load_suite
+    return load_suite(args.suite, args.sets, args.max_trials or MAX_TRIALS)
+
+
 def _parser() -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
     p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
+    p.add_argument("--version", action="version", version=f"stalebench {version('stalebench')}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every trial of a suite on Ray Tune")
-    run.add_argument("suite", help="suite file, e.g. suites/quickstart.yaml")
+    _suite_args(run)
+    _identity_args(run)
     run.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster address (default: local Ray)")
     run.add_argument("--results", default="results", help="results root (default: results/)")
     run.add_argument("--report", action="store_true", help="write the suite's report when the run ends")
@@ -36,11 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     site = sub.add_parser("site", help="build reports/index.html from every suite's report")
     site.add_argument("--reports", default="reports")
     tr = sub.add_parser("train", help="run one trial of a suite in-process (debugging)")
-    tr.add_argument("suite")
+    _suite_args(tr)
+    _identity_args(tr)
     tr.add_argument("--trial", required=True, help="'key=value,...' selecting one trial, e.g. 'algorithm=grpo,delay=0,seed=0'")
     tr.add_argument("--results", default="results")
     tu = sub.add_parser("tune", help="tune per-estimator learning rates with Optuna through Ray Tune")
-    tu.add_argument("suite")
+    _suite_args(tu)
     tu.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
     tu.add_argument("--results", default="results")
     ev = sub.add_parser("eval", help="evaluate a model on the local benchmark files with lm-eval")
@@ -51,16 +80,21 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, default=1024)
     ev.add_argument("--mlflow-run-id", default=None, help="also log scores to this MLflow run")
     ch = sub.add_parser("check", help="validate a suite file and list its trials")
-    ch.add_argument("suite")
+    _suite_args(ch)
+    bb = sub.add_parser("build-base", help="build a new frozen base checkpoint version (minutes; differs across CPUs)")
+    bb.add_argument("--name", required=True, help="the new version's name, e.g. tiny-addrev-v2")
+    bb.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a recipe setting (hidden_size, num_layers, warmup_seed, warmup_target_acc, ...)")
+    bb.add_argument("--out", default=None, help="output directory (default: harness/base_models/<name>)")
     return p
 
 
 def _cmd_run(args) -> int:
-    from .suite import load_suite
     from .tune_runner import run_suite
 
-    suite = load_suite(args.suite)
-    counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True)
+    suite = _load(args)
+    counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
+                       on_change=args.on_change)
     out = Path(args.results) / suite.name
     print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     if args.report:
@@ -70,12 +104,15 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .suite import expand, load_suite, select
-    from .trial import TrialFailed, run_trial
+    from .models import base_identity
+    from .suite import expand, select
+    from .trial import TrialFailed, check_identity, run_trial
 
-    suite = load_suite(args.suite)
+    suite = _load(args)
     trial = select(expand(suite), args.trial)
     suite_dir = Path(args.results) / suite.name
+    base_identity(trial.config.model) if trial.config.lab is None else None
+    check_identity([trial], suite_dir, args.on_change)
     try:
         status = run_trial(trial, suite_dir, progress=True)
     except TrialFailed as exc:
@@ -87,9 +124,9 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .suite import expand, load_suite
+    from .suite import expand
 
-    suite = load_suite(args.suite)
+    suite = _load(args)
     trials = expand(suite)
     print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
     for t in trials:
@@ -128,9 +165,8 @@ def _cmd_site(args) -> int:
 
 
 def _cmd_tune(args) -> int:
-    from .suite import load_suite
     from .tune_runner import tune_suite
-    print(f"tuned overrides: {tune_suite(load_suite(args.suite), results_root=Path(args.results), address=args.address)}")
+    print(f"tuned overrides: {tune_suite(_load(args), results_root=Path(args.results), address=args.address)}")
     return 0
 
 
@@ -142,8 +178,31 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_build_base(args) -> int:
+
+    import yaml
+
+    from .config import from_dict
+    from .models import BASES_DIR, BaseRecipe, build_base
+
+    values = {"name": args.name}
+    for item in args.sets:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item[:80]!r}: expected key=value, e.g. warmup_seed=1")
+        values[key.strip()] = yaml.safe_load(raw)
+    recipe = from_dict(BaseRecipe, values, "recipe")
+    out = Path(args.out) if args.out else BASES_DIR / recipe.name
+    manifest = build_base(recipe, out)
+    print(f"base {manifest['name']}: sha256 {manifest['sha256']}, {manifest['warmup_steps']} warm-up steps, "
+          f"eval acc {manifest['eval_acc']:.3f} on {manifest['eval_size']} problems -> {out}")
+    print(f"use it with model: {{kind: tiny, base: {recipe.name}}} (a new base is a new benchmark: "
+          f"compare results only within one base)")
+    return 0
+
+
 COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status": _cmd_status, "report": _cmd_report,
-            "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval}
+            "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval, "build-base": _cmd_build_base}
 
 
 def main(argv: list[str] | None = None) -> int:

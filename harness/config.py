@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,9 @@ from typing import Any, Mapping
 from algorithms import AGGREGATIONS, ADVANTAGE_MODES, check_params, loss_names
 
 from .lab.config import LabConfig
+
+
+DEFAULT_ESTIMATOR = "grpo"
 
 
 class ConfigError(ValueError):
@@ -35,16 +39,9 @@ def _positive(key: str, value: float | int, strict: bool = True) -> None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    kind: str = "tiny"                     # "tiny": built locally for the task; "path": a local HF model dir
+    kind: str = "tiny"                     # "tiny": a frozen base shipped with stalebench; "path": a local HF model dir
+    base: str = "tiny-addrev-v1"           # the frozen base (kind: tiny), harness/base_models/<base>/
     path: str | None = None                # local directory of a transformers causal LM (kind: path)
-    hidden_size: int = 128                 # tiny model shape (Qwen3 architecture)
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 512
-    warmup_lr: float = 2e-3                # supervised warm start of the tiny model
-    warmup_max_steps: int = 3000
-    warmup_target_acc: float = 0.2         # stop the warm start once greedy held-out accuracy reaches this
-    warmup_seed: int = 0                   # the base model is a function of its recipe, not the trial seed
     dtype: str = "float32"                 # float32 | bfloat16
     device: str = "auto"                   # auto (cuda when available) | cpu
     engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`)
@@ -64,8 +61,9 @@ class ModelConfig:
         _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
         _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
         _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "warmup_lr", "warmup_max_steps"):
-            _positive(f"{key}.{name}", getattr(self, name))
+        if self.kind == "tiny":
+            from .base_models import base_names
+            _choice(f"{key}.base", self.base, base_names())
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ class AsyncConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    algorithm: str = "grpo"                # a registered estimator (algorithms.loss_names())
+    algorithm: str = DEFAULT_ESTIMATOR     # a registered estimator (algorithms.loss_names())
     params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
     delay: int = 0                         # exact rollout delay d (optimizer steps)
     eps: float = 0.2                       # trust-region width ε
@@ -206,13 +204,17 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
             raise ConfigError(f"{key}: expected a list; got {value!r}")
         (inner, _) = typing.get_args(tp)
         return tuple(_coerce(f"{key}[{i}]", inner, v) for i, v in enumerate(value))
-    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):
-        try:                                   # YAML reads 1e-4 (no dot) as a string
-            return float(value)
-        except ValueError:
-            pass
+    if tp is float and not isinstance(value, bool):
+        number = value
+        if isinstance(value, str):
+            try:                               # YAML reads 1e-4 (no dot) as a string
+                number = float(value)
+            except ValueError:
+                pass
+        if isinstance(number, (int, float)):
+            if not math.isfinite(number):
+                raise ConfigError(f"{key}: must be a finite number; got {value!r}")
+            return float(number)
     if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
         return value
     raise ConfigError(f"{key}: expected {_type_name(tp)}; got {value!r}")

@@ -1,34 +1,32 @@
-"""Causal LMs: load one from a local path, or build the tiny CPU default for a synthetic task.
+"""Causal LMs: the frozen base checkpoints every trial starts from, local models, and the base builder.
 
-The tiny model is a Qwen3-architecture transformers model built from a config (no download) with a
-character-level tokenizer, warm-started by a short supervised phase so that it solves some but not
-most held-out problems. It is a pure function of its recipe (shape, task, warm-start settings, seed):
-built once, cached on disk under a key of that recipe, validated, and rebuilt when missing.
+The CPU default starts from a frozen base shipped in the repository (harness/base_models/<name>/): a
+Qwen3-architecture transformers model with a character tokenizer, warm-started on the synthetic task,
+with a manifest (base.json) holding every file's sha256, its recipe and its measured accuracy on the
+fixed eval set. Trials verify the hashes before training, so every machine starts from the same bytes
+and a result names the exact base it came from. `build_base` (`stalebench build-base`) makes a new
+version; it is never used implicitly, because its output differs across CPUs (see BaseRecipe).
 """
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from .config import ModelConfig, TaskConfig
+from .base_models import BASES_DIR, MANIFEST, BaseModelError, base_names, read_manifest, sha256_file, verify_base
+from .config import ModelConfig
+from .provenance import cpu_name
 
 PAD, EOS = "<pad>", "<eos>"
-RECIPE_VERSION = 1                      # bump when the build procedure changes
 BUILD_THREADS = 1                       # the warm start's result depends on the thread count: pin it
 MIN_BASE_ACC, MAX_BASE_ACC = 0.10, 0.60
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("STALEBENCH_CACHE", Path.home() / ".cache" / "stalebench"))
 
 
 def char_tokenizer(chars: list[str]) -> PreTrainedTokenizerFast:
@@ -55,35 +53,126 @@ def load_model(path: str | Path, dtype: str = "float32") -> tuple[torch.nn.Modul
     return model, tokenizer
 
 
-def model_path(model: ModelConfig, task: TaskConfig) -> Path:
-    """The local directory of the run's model: `model.path`, or the cached tiny base model (built if missing)."""
+def base_identity(model: ModelConfig) -> tuple[Path, dict]:
+    """(local directory, {"name", "sha256"}) of the run's starting checkpoint, verified.
+
+    `model.kind: tiny` is a frozen base shipped in harness/base_models/ (checked against its manifest);
+    `model.kind: path` is any local transformers model, identified by the sha256 of its weight files.
+    """
     if model.kind == "path":
-        return Path(model.path)
-    return ensure_tiny_model(model, task)
+        path = Path(model.path)
+        if not (path / "config.json").is_file():
+            raise BaseModelError(f"model.path {path}: no transformers model directory there (config.json missing); "
+                                 f"set model.path to a local model directory")
+        digest = hashlib.sha256()
+        for file in sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")):
+            digest.update(f"{file.name}:{sha256_file(file)}\n".encode())
+        return path, {"name": str(path.resolve()), "sha256": digest.hexdigest()}
+    path = BASES_DIR / model.base
+    if not (path / MANIFEST).is_file():
+        raise BaseModelError(f"model.base: no frozen base {model.base!r}; shipped: {', '.join(base_names()) or 'none'}")
+    manifest = verify_base(path)
+    return path, {"name": manifest["name"], "sha256": manifest["sha256"]}
 
 
-def recipe(model: ModelConfig, task: TaskConfig) -> dict:
-    keep = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "warmup_lr", "warmup_max_steps",
-            "warmup_target_acc", "warmup_seed")
-    return {"version": RECIPE_VERSION, "task": task.name, "torch": torch.__version__.split("+")[0],
-            **{k: asdict(model)[k] for k in keep}}
+def check_eval_set(base_dir: Path, eval_set_sha256: str, size: int) -> None:
+    """Refuse a fixed eval set that differs from the one the frozen base was measured on (same size):
+    the task's generator changed, and results would not be comparable with the base's."""
+    manifest = read_manifest(base_dir)
+    if size == manifest.get("eval_size") and eval_set_sha256 != manifest.get("eval_set_sha256"):
+        raise BaseModelError(f"task eval set sha256 {eval_set_sha256[:16]} differs from the {manifest.get('eval_set_sha256')} "
+                             f"that base {manifest['name']!r} was measured on: the task generator changed; restore it, "
+                             f"or build a new base version (`stalebench build-base`)")
 
 
-def ensure_tiny_model(model: ModelConfig, task: TaskConfig) -> Path:
-    """Path of the cached tiny base model for this recipe; built (under a file lock) if missing."""
-    spec = recipe(model, task)
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    out = cache_root() / "models" / f"tiny-{task.name}-{key}"
-    if (out / "recipe.json").exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "recipe.json").exists():        # another process may have built it meanwhile
-            _build_tiny_model(model, task, spec, out)
-    return out
+def model_path(model: ModelConfig) -> Path:
+    """The local directory of the run's starting model (verified; see base_identity)."""
+    return base_identity(model)[0]
 
 
+# ----------------------------------------------------------------------------------------------
+# Building a new base version (`stalebench build-base`)
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    """How a tiny base checkpoint is built: a Qwen3-architecture model warm-started on a synthetic task.
+
+    The warm start is deterministic on one machine but not across CPUs (float reductions differ by
+    kernel, and the sudden accuracy jump after a long loss plateau amplifies them: two machines of one
+    kind stopped at 245 and 295 steps). That is why the result is frozen and shipped, and why a rebuilt
+    checkpoint is a new base version — a new benchmark — never a silent replacement.
+    """
+    name: str
+    task: str = "addrev"
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 512
+    warmup_lr: float = 2e-3
+    warmup_max_steps: int = 3000
+    warmup_target_acc: float = 0.2         # stop once greedy validation accuracy reaches this
+    warmup_seed: int = 0
+    eval_size: int = 500                   # the fixed eval set the base accuracy is measured on
+
+
+def build_base(recipe: BaseRecipe, out: Path) -> dict:
+    """Build, validate and save base `recipe` to `out` with its manifest; returns the manifest."""
+    from .tasks import make_task
+    from .tasks.synthetic import ADDREV_VOCAB
+
+    if recipe.task != "addrev":
+        raise BaseModelError(f"build-base: task {recipe.task!r} has no tiny base recipe; use 'addrev'")
+    out = Path(out)
+    if out.exists():
+        raise BaseModelError(f"build-base: {out} exists; a base version is never overwritten — pick a new --name")
+    task = make_task(recipe.task, eval_size=recipe.eval_size)
+    tokenizer = char_tokenizer(ADDREV_VOCAB)
+    torch.manual_seed(recipe.warmup_seed)
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers,
+                         num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads,
+                         head_dim=recipe.hidden_size // recipe.num_heads, intermediate_size=recipe.intermediate_size,
+                         max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
+                         bos_token_id=1)
+    model = Qwen3ForCausalLM(config)
+    start = time.time()
+    with _threads(BUILD_THREADS):
+        acc, steps = _warm_start(model, tokenizer, task, recipe)
+        if not MIN_BASE_ACC <= acc <= MAX_BASE_ACC:
+            raise BaseModelError(f"build-base: the warm start ended at greedy accuracy {acc:.2f} after {steps} steps "
+                                 f"(need {MIN_BASE_ACC}..{MAX_BASE_ACC}); change warmup_seed or warmup_target_acc")
+    return save_base(model, tokenizer, recipe, out, steps, acc, time.time() - start)
+
+
+def save_base(model, tokenizer, recipe: BaseRecipe, out: Path, warmup_steps: int, validation_acc: float,
+              build_s: float) -> dict:
+    """Measure a built base on the task's fixed eval set and save it with its manifest (atomically)."""
+    from .rollout.hf import HFEngine
+    from .tasks import make_task
+
+    import platform
+    task = make_task(recipe.task, eval_size=recipe.eval_size)
+    eval_problems = task.problems("eval", None, 0)
+    with _threads(BUILD_THREADS):
+        eval_acc = greedy_accuracy(HFEngine(model, tokenizer), task, eval_problems)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    manifest = {"name": recipe.name, "sha256": files["model.safetensors"], "files": files,
+                "recipe": asdict(recipe), "warmup_steps": warmup_steps, "validation_acc": validation_acc,
+                "eval_set_sha256": problems_sha256(eval_problems), "eval_size": len(eval_problems),
+                "eval_acc": eval_acc, "built_with": {"torch": torch.__version__, "threads": BUILD_THREADS,
+                                                      "cpu": cpu_name(), "machine": platform.machine()},
+                "build_s": round(build_s, 1)}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, out)
+    return manifest
+
+
+def problems_sha256(problems) -> str:
+    """Identity of a problem set: sha256 of its (prompt, answer) pairs in order."""
+    return hashlib.sha256(json.dumps([[p.prompt, p.answer] for p in problems]).encode()).hexdigest()
 @contextlib.contextmanager
 def _threads(n: int):
     before = torch.get_num_threads()
@@ -94,37 +183,7 @@ def _threads(n: int):
         torch.set_num_threads(before)
 
 
-def _build_tiny_model(cfg: ModelConfig, task_cfg: TaskConfig, spec: dict, out: Path) -> None:
-    from .tasks import make_task
-    from .tasks.synthetic import ADDREV_VOCAB
-
-    if task_cfg.name != "addrev":
-        raise ValueError(f"model.kind 'tiny' is built for the synthetic task 'addrev', not {task_cfg.name!r}; "
-                         f"use model.kind: path with a local model for benchmark tasks")
-    task = make_task(task_cfg.name)
-    tokenizer = char_tokenizer(ADDREV_VOCAB)
-    torch.manual_seed(cfg.warmup_seed)
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-                         num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
-                         head_dim=cfg.hidden_size // cfg.num_heads, intermediate_size=cfg.intermediate_size,
-                         max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
-                         bos_token_id=1)
-    model = Qwen3ForCausalLM(config)
-    start = time.time()
-    with _threads(BUILD_THREADS):
-        acc, steps = _warm_start(model, tokenizer, task, cfg)
-    if not MIN_BASE_ACC <= acc <= MAX_BASE_ACC:
-        raise RuntimeError(f"tiny base model warm start ended at greedy accuracy {acc:.2f} after {steps} steps "
-                           f"(need {MIN_BASE_ACC}..{MAX_BASE_ACC}); change model.warmup_seed or model.warmup_target_acc")
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "recipe.json").write_text(json.dumps({**spec, "base_acc": acc, "warmup_steps": steps,
-                                                 "build_s": round(time.time() - start, 1)}, indent=1))
-    os.replace(tmp, out)
-
-
-def _warm_start(model, tokenizer, task, cfg: ModelConfig, batch: int = 256, check_every: int = 5) -> tuple[float, int]:
+def _warm_start(model, tokenizer, task, cfg: BaseRecipe, batch: int = 256, check_every: int = 5) -> tuple[float, int]:
     """Supervised next-token training on answer tokens until validation greedy accuracy ≥ target.
 
     Accuracy jumps suddenly after a long plateau, so it is checked often, and the latest weights whose

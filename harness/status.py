@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from .config import ConfigError
-from .tracking import read_jsonl
+from .trialdir import read_jsonl
 
 ORDER = ("running", "failed", "diverged", "completed", "pending")
 FINISHED = ("completed", "diverged", "failed")

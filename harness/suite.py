@@ -16,9 +16,13 @@ from typing import Any, Mapping
 
 import yaml
 
-from .config import ConfigError, RunConfig, build_run_config, from_dict, to_dict
+from algorithms import uses_eps
 
-SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune")
+from .config import DEFAULT_ESTIMATOR, ConfigError, RunConfig, build_run_config, from_dict, set_dotted, to_dict
+
+SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
+              "share_on_policy")
+MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -58,6 +62,7 @@ class Suite:
     notes: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     tune: dict[str, Any] = field(default_factory=dict)
+    share_on_policy: bool = False # delay 0, one update per batch: run one trial per seed for all estimators
     source: str = ""              # the suite file's text (hashed for provenance)
 
     @property
@@ -69,8 +74,9 @@ def _fail(path: str, msg: str) -> ConfigError:
     return ConfigError(f"{path}: {msg}")
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Read and validate a suite file; every problem is a one-line ConfigError naming the key."""
+def load_suite(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS) -> Suite:
+    """Read and validate a suite file, with `--set key=value` overrides of its `base` applied; every
+    problem is a one-line ConfigError naming the key."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such suite file; the predefined suites are in suites/")
@@ -81,9 +87,43 @@ def load_suite(path: str | Path) -> Suite:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise _fail(str(path), f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if sets:
+        data, text = apply_sets(data, sets, text)
     suite = parse_suite(data, str(path), text)
+    count = trial_count(suite)
+    if count > max_trials:
+        raise _fail(str(path), f"the grid has {count} trials, more than the limit {max_trials}; shrink the grid "
+                               f"or raise the limit with --max-trials")
     expand(suite)                 # validates every trial's config
     return suite
+
+
+def apply_sets(data: Any, sets: list[str], text: str) -> tuple[Any, str]:
+    """The suite with each `key=value` (a dotted key of `base`, a YAML value) applied, and its new text:
+    the effective suite, so that results/<suite>/suite.yaml and config identity see the overrides."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("base"), Mapping):
+        raise ConfigError("--set: the suite has no base section to override")
+    base = dict(data["base"])
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item[:80]!r}: expected key=value with a dotted key of base, e.g. train.lr=3e-4")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item[:80]!r}: the value is not valid YAML") from None
+        base = set_dotted(base, key.strip(), value)
+    data = {**data, "base": base}
+    header = "# effective suite: " + " ".join(f"--set {s}" for s in sets).replace("\n", " ")[:2000] + "\n"
+    return data, header + yaml.safe_dump(data, sort_keys=False)
+
+
+def trial_count(suite: Suite) -> int:
+    """The number of grid points × seeds, before de-duplication (cheap: nothing is expanded)."""
+    count = len(suite.seeds)
+    for values in suite.grid.values():
+        count *= len(values)
+    return count
 
 
 def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
@@ -131,9 +171,12 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
     for key in ("notes",):
         if not isinstance(data.get(key, ""), str):
             raise _fail(where, f"{key}: expected a string")
+    share = data.get("share_on_policy", False)
+    if not isinstance(share, bool):
+        raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
     return Suite(name, version, dict(base), {k: list(v) for k, v in grid.items()}, list(seeds), resources,
                  {k: dict(v) for k, v in overrides.items()}, data.get("notes", ""), dict(data.get("report") or {}),
-                 dict(data.get("tune") or {}), source)
+                 dict(data.get("tune") or {}), share, source)
 
 
 def _fmt(value: Any) -> str:
@@ -155,14 +198,36 @@ def trial_id(params: Mapping[str, Any]) -> str:
 
 
 def expand(suite: Suite) -> list[Trial]:
-    """Every trial of the suite: the grid's cross product × seeds, in a stable order."""
+    """Every distinct trial of the suite, in a stable order: the grid's cross product × seeds, except that
+
+    - an estimator is not multiplied over `eps` when it does not read ε (algorithms.uses_eps): it runs
+      once, at the base's ε, and its params.json lists `ignored: [eps]`;
+    - with `share_on_policy: true`, the delay-0 points of all estimators (one update per batch, no
+      async) are one trial per seed, run with the first estimator of the grid: there every estimator's
+      gradient equals plain GRPO's to float rounding (tests/test_algorithms_contract.py); its
+      params.json lists the estimators it `stands_for`.
+    """
     keys = sorted(suite.grid, key=lambda k: (list(_ABBREV).index(k) if k in _ABBREV else len(_ABBREV), k))
+    algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
     trials, seen = [], {}
     for values in itertools.product(*(suite.grid[k] for k in keys)):
+        point = dict(zip(keys, values))
+        algorithm = str(point.get("algorithm", suite.base.get("algorithm", DEFAULT_ESTIMATOR)))
+        overrides = suite.overrides.get(algorithm, {})
+        ignored = [] if "eps" not in point or uses_eps(algorithm) else ["eps"]
+        if ignored:
+            if point["eps"] != suite.grid["eps"][0]:
+                continue                                       # the same trial as at the first ε
+            point.pop("eps")
+        stands_for = None
+        if (suite.share_on_policy and all(suite.overrides.get(a, {}) == overrides for a in algorithms)
+                and _on_policy(suite, point, overrides)):
+            if "algorithm" in point and algorithm != algorithms[0]:
+                continue
+            stands_for, ignored = algorithms, sorted({*ignored, "eps"} & set(keys))
+            point.pop("eps", None)
         for seed in suite.seeds:
-            params = {**dict(zip(keys, values)), "seed": seed}
-            algorithm = params.get("algorithm", suite.base.get("algorithm", "grpo"))
-            overrides = suite.overrides.get(str(algorithm), {})
+            params = {**point, "seed": seed}
             try:
                 config = build_run_config(suite.base, {**overrides, **params})
             except ConfigError as exc:
@@ -172,11 +237,18 @@ def expand(suite: Suite) -> list[Trial]:
             if tid in seen:
                 raise ConfigError(f"grid: trials {seen[tid]} and {params} get the same id {tid!r}; make the values distinct")
             seen[tid] = params
-            trials.append(Trial(tid, params, config))
-    unknown = sorted(set(suite.overrides) - {str(t.config.algorithm) for t in trials})
+            extra = {**({"ignored": ignored} if ignored else {}), **({"stands_for": stands_for} if stands_for else {})}
+            trials.append(Trial(tid, {**params, **extra}, config))
+    unknown = sorted(set(suite.overrides) - {str(a) for a in algorithms} - {str(t.config.algorithm) for t in trials})
     if unknown:
         raise ConfigError(f"overrides.{unknown[0]}: no trial of the suite uses this estimator")
     return trials
+
+
+def _on_policy(suite: Suite, point: Mapping[str, Any], overrides: Mapping[str, Any]) -> bool:
+    """Whether a grid point trains on-policy: delay 0, one update per batch, synchronous."""
+    cfg = build_run_config(suite.base, {**overrides, **point})
+    return cfg.delay == 0 and cfg.train.updates_per_batch == 1 and cfg.async_ is None and cfg.lab is None
 
 
 def select(trials: list[Trial], spec: str) -> Trial:

@@ -1,7 +1,6 @@
 """Tracking: always-on local result files for every trial, optionally mirrored to MLflow.
 
-Local files are the source of truth for reports (layout in results/README.md):
-    <trial_dir>/config.yaml, params.json, metrics.jsonl, eval.jsonl, status.json
+Local files are the source of truth for reports; their format is owned by harness/trialdir.py.
 MLflow (embedded SQLite by default, a tracking server via MLFLOW_TRACKING_URI) is a mirror: one child
 run per trial under the suite's parent run. `mlflow` is imported only in this module.
 
@@ -10,93 +9,83 @@ checkpoint's step, and the mirror skips steps MLflow already holds (a determinis
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping
 
-import yaml
-
-STATUSES = ("running", "completed", "failed", "diverged")
-
-
-class MetricSink(Protocol):
-    """Where a RunLog mirrors its rows (MLflow, or nothing)."""
-
-    def log_rows(self, rows: list[tuple[int, Mapping[str, float]]]) -> None: ...
-    def set_status(self, status: str, error: str | None) -> None: ...
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a truncated last line (a killed writer) is ignored."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
+from . import trialdir
+from .provenance import mlflow_tags as mlflow_provenance_tags
 
 
 def _clean(row: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+class NullSink:
+    """The mirror of a trial when there is none (the interface MlflowSink implements)."""
+
+    def log_rows(self, rows: list[tuple[int, Mapping[str, float]]]) -> None:
+        pass
+
+    def set_status(self, status: str, error: str | None) -> None:
+        pass
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        pass
+
+    def log_artifacts(self, trial_dir: Path) -> None:
+        pass
+
+
 class RunLog:
     """The result files of one trial (and their MLflow mirror)."""
 
-    def __init__(self, trial_dir: Path, sink: MetricSink | None = None, flush_every: int = 20):
+    def __init__(self, trial_dir: Path, sink: NullSink | None = None, flush_every: int = 20):
         self.dir = Path(trial_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sink = sink
+        self.sink = sink or NullSink()
         self.flush_every = flush_every
         self._pending: list[tuple[int, Mapping[str, float]]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self, config: Mapping[str, Any], params: Mapping[str, Any], resume_step: int = 0) -> None:
-        """Write config/params and mark running; keep rows up to `resume_step` (0 = fresh start)."""
-        _write_atomic(self.dir / "config.yaml", yaml.safe_dump(dict(config), sort_keys=False))
-        _write_atomic(self.dir / "params.json", json.dumps(dict(params), indent=1))
+    def start(self, config: Mapping[str, Any], params: Mapping[str, Any], provenance: Mapping[str, Any],
+              resume_step: int = 0) -> None:
+        """Write config/params/provenance and mark running; keep rows up to `resume_step` (0 = fresh).
+
+        A damaged row before `resume_step` stops the resume (trialdir.TrialDirError) instead of
+        silently dropping the rows after it; a torn last line is a killed writer's and is dropped."""
+        trialdir.write_start(self.dir, config, params, provenance)
+        self.sink.set_tags(mlflow_provenance_tags(provenance))
+        self.config_sha256 = provenance["config_sha256"]
         for name in ("metrics.jsonl", "eval.jsonl"):
-            kept = [r for r in read_jsonl(self.dir / name) if r.get("step", 0) <= resume_step] if resume_step else []
-            _write_atomic(self.dir / name, "".join(json.dumps(r) + "\n" for r in kept))
-            if self.sink is not None:
-                # Kept rows may never have reached the mirror (it is fed in batches, and the process may
-                # have been killed between a row and its flush): offer them again; the sink skips the
-                # steps it already holds.
-                self._pending.extend((r["step"], _clean({k: v for k, v in r.items() if k != "step"})) for r in kept)
+            kept = trialdir.truncate_jsonl(self.dir / name, resume_step)
+            # Kept rows may never have reached the mirror (it is fed in batches, and the process may
+            # have been killed between a row and its flush): offer them again; the sink skips the
+            # steps it already holds.
+            self._pending.extend((r["step"], _clean({k: v for k, v in r.items() if k != "step"})) for r in kept)
         self.flush()
         self.status("running", step=resume_step)
 
     def status(self, status: str, step: int, error: str | None = None, diverged_step: int | None = None,
                extra: Mapping[str, Any] | None = None) -> None:
-        assert status in STATUSES, status
+        assert status in trialdir.STATUSES, status
         record = {"trial_id": self.dir.name, "status": status, "step": step, "error": error,
-                  "diverged_step": diverged_step, "updated_at": time.time(), **(extra or {})}
+                  "diverged_step": diverged_step, "config_sha256": getattr(self, "config_sha256", None),
+                  "updated_at": time.time(), **(extra or {})}
         try:
             if status != "running":
                 # The mirror first: a rerun skips a trial whose status.json says it finished, so a kill
                 # between the two must leave the trial unfinished, not its last rows unmirrored.
                 self.flush()
-                if self.sink is not None:
-                    self.sink.set_status(status, error)
+                self.sink.set_status(status, error)
         finally:
-            _write_atomic(self.dir / "status.json", json.dumps(record, indent=1))
+            trialdir.write_status(self.dir, record)
 
-    def read_status(self) -> dict[str, Any] | None:
-        path = self.dir / "status.json"
-        return json.loads(path.read_text()) if path.exists() else None
+    def read_status(self) -> dict[str, Any]:
+        return trialdir.read_status(self.dir)
 
     # -- rows --------------------------------------------------------------------------------
     def metrics(self, step: int, row: Mapping[str, Any]) -> None:
@@ -106,16 +95,13 @@ class RunLog:
         self._append("eval.jsonl", step, row)
 
     def _append(self, name: str, step: int, row: Mapping[str, Any]) -> None:
-        record = {"step": step, **row}
-        with open(self.dir / name, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.sink is not None:
-            self._pending.append((step, _clean(row)))
-            if len(self._pending) >= self.flush_every:
-                self.flush()
+        trialdir.append_jsonl(self.dir / name, {"step": step, **row})
+        self._pending.append((step, _clean(row)))
+        if len(self._pending) >= self.flush_every:
+            self.flush()
 
     def flush(self) -> None:
-        if self.sink is not None and self._pending:
+        if self._pending:
             self.sink.log_rows(self._pending)
         self._pending = []
 
@@ -141,6 +127,25 @@ def default_tracking_uri(results_root: Path) -> str:
     return f"sqlite:///{(results_root / 'mlflow.db').resolve()}"
 
 
+def _live_run(client, experiment_id: str, trial_id: str):
+    """The trial's current MLflow child run (superseded runs carry a changed trial_id tag), or None."""
+    found = client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=1)
+    return found[0] if found else None
+
+
+def supersede_run(tracking_uri: str, experiment_id: str, trial_id: str) -> None:
+    """Mark a trial's MLflow run as superseded by a rerun after a config change (never deleted): it keeps
+    its data, loses the trial_id tag that resume looks up, and says which trial it was."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    run = _live_run(client, experiment_id, trial_id)
+    if run is not None:
+        client.set_tag(run.info.run_id, "stalebench.superseded", "true")
+        client.set_tag(run.info.run_id, "stalebench.superseded_trial", trial_id)
+        client.set_tag(run.info.run_id, "trial_id", f"{trial_id}~superseded-{int(time.time())}")
+
+
 class MlflowSink:
     """Mirror of one trial as an MLflow child run, found again by its trial id on resume."""
 
@@ -151,7 +156,8 @@ class MlflowSink:
 
         self._mlflow = mlflow
         self.client = MlflowClient(tracking_uri)
-        found = self.client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=1)
+        run = _live_run(self.client, experiment_id, trial_id)
+        found = [run] if run is not None else []
         if found:
             self.run_id = found[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
@@ -184,6 +190,10 @@ class MlflowSink:
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v[:5000]) for k, v in tags.items()])
+
     def set_status(self, status: str, error: str | None) -> None:
         self.client.set_tag(self.run_id, "stalebench.status", status)
         if error:
@@ -191,7 +201,7 @@ class MlflowSink:
         self.client.set_terminated(self.run_id, "FINISHED" if status in ("completed", "diverged") else "FAILED")
 
     def log_artifacts(self, trial_dir: Path) -> None:
-        for name in ("config.yaml", "params.json", "metrics.jsonl", "eval.jsonl", "status.json"):
+        for name in ("config.yaml", "params.json", "provenance.json", "metrics.jsonl", "eval.jsonl", "status.json"):
             if (trial_dir / name).exists():
                 self.client.log_artifact(self.run_id, str(trial_dir / name))
 

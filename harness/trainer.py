@@ -6,11 +6,10 @@ docs/metrics.md) go to the trial's RunLog, one row per consumed batch.
 """
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -19,12 +18,13 @@ from algorithms import LossInputs, aggregate, compute_loss, group_advantages, pr
 from .backends import make_backend
 from .config import RunConfig, to_dict
 from .delay import AsyncProducer, DelayBuffer
-from .models import load_model, model_path
+from .models import base_identity, check_eval_set, load_model, problems_sha256
 from .rollout import make_engine
 from .rollout.base import Rollout
 from .rollout.hf import HFEngine, position_ids_from
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
+from .trialdir import Outcome, TrialDirError, config_sha256
 
 
 class Diverged(Exception):
@@ -39,6 +39,7 @@ class Batch:
     rewards: torch.Tensor          # (B,)
     group_ids: torch.Tensor        # (B,)
     engine_gap: float | None = None   # max |engine log-prob − trainer recomputation| (external engines)
+    logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -83,7 +84,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
-        path = model_path(cfg.model, cfg.task)
+        path, self.base = base_identity(cfg.model)
         self.device = torch.device("cuda" if torch.cuda.is_available() and cfg.model.device != "cpu" else "cpu")
         self.model, self.tokenizer = load_model(path, cfg.model.dtype)
         self.model.to(self.device).train()
@@ -93,6 +94,9 @@ class Trainer:
         self.train_problems = self.task.problems("train", tc.steps * tc.prompts_per_step if cfg.task.train_size is None
                                                  else cfg.task.train_size, cfg.seed)
         self.eval_problems = self.task.problems("eval", cfg.eval.size or cfg.task.eval_size, 0)
+        self.eval_set_sha256 = problems_sha256(self.eval_problems)
+        if cfg.model.kind == "tiny":
+            check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
         B = tc.prompts_per_step * cfg.group_size
         self.backend = make_backend(self.model, cfg, micro_batches=-(-B // (tc.micro_batch_size or B)))
         self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
@@ -141,32 +145,29 @@ class Trainer:
         adv = group_advantages(batch.rewards, batch.group_ids, tc.advantage)                 # (B,)
         mask = r.response_mask
         micro = tc.micro_batch_size or B
+        prox = batch.logp_proximal            # None with one update per batch: π_prox is π_θ (detached)
         context = None
-        if micro < B:                       # batch statistics once over the whole step batch
-            with torch.no_grad():
-                logp_prox = torch.cat([token_logp(self.backend.model, r, slice(i, i + micro), tc.temperature, cfg.group_size)[0]
-                                       for i in range(0, B, micro)])
-            context = prepare_context(cfg.algorithm, LossInputs(logp_prox, r.logp_behavior, adv, mask, batch.group_ids),
-                                      eps=cfg.eps, **cfg.params)
+        if micro < B:                         # batch statistics once over the whole step batch
+            context = prepare_context(cfg.algorithm, LossInputs(self.logp_now(r), r.logp_behavior, adv, mask,
+                                                                batch.group_ids, prox), eps=cfg.eps, **cfg.params)
         self.backend.zero_grad()
         totals = {"total_tokens": float(mask.sum()), "total_seqs": float(B)}
-        loss_sum, metric_sums, logps, entropies = 0.0, {}, [], []
+        loss_sum, parts, logps, entropies = 0.0, [], [], []
         for i in range(0, B, micro):
             rows = slice(i, i + micro)
             logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size)
             if not torch.isfinite(logp.detach()[mask[rows]]).all():
                 raise Diverged("policy log-probs are NaN/inf")
-            inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows])
+            inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
+                             None if prox is None else prox[rows])
             out = compute_loss(cfg.algorithm, inp, eps=cfg.eps, aggregation=tc.aggregation, max_tokens=tc.max_new_tokens,
                                context=None if context is None else context.rows(rows), **totals, **cfg.params)
             loss = out.loss + self._kl_penalty(r, rows, logp, totals)
             if not torch.isfinite(loss):
                 raise Diverged("loss is NaN/inf")
             self.backend.backward(loss)
-            share = (min(i + micro, B) - i) / B
             loss_sum += float(loss.detach())
-            for k, v in out.metrics.items():
-                metric_sums[k] = metric_sums.get(k, 0.0) + share * v
+            parts.append(((min(i + micro, B) - i) / B, out.metrics))
             logps.append(logp.detach())
             entropies.append(entropy)
         grad_norm = self.backend.step()
@@ -174,7 +175,14 @@ class Trainer:
             raise Diverged("gradient norm is NaN/inf")
         logp = torch.cat(logps)
         return {"loss/value": loss_sum, "opt/grad_norm": float(grad_norm),
-                **policy_metrics(logp, r.logp_behavior, mask, torch.cat(entropies)), **metric_sums}
+                **combine_metrics(parts), **policy_metrics(logp, r.logp_behavior, mask, torch.cat(entropies))}
+
+    @torch.no_grad()
+    def logp_now(self, r: Rollout) -> torch.Tensor:
+        """log π of the batch's tokens under the current parameters, (B, T), without grad."""
+        micro, B = self.cfg.train.micro_batch_size or r.response_ids.shape[0], r.response_ids.shape[0]
+        return torch.cat([token_logp(self.backend.model, r, slice(i, i + micro), self.cfg.train.temperature,
+                                     self.cfg.group_size)[0] for i in range(0, B, micro)])
 
     def _kl_penalty(self, r: Rollout, rows: slice, logp: torch.Tensor, totals: dict[str, float]) -> torch.Tensor:
         """β · KL(π_θ ‖ π_ref) per token with the k3 estimator, aggregated like the policy loss."""
@@ -205,12 +213,19 @@ class Trainer:
         return row
 
     # -- checkpoints -------------------------------------------------------------------------
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, identity: dict[str, str]) -> None:
         self.backend.save(path, {"source": self.source.state_dict(), "version": self.version,
-                                 "batches_done": self.batches_done})
+                                 "batches_done": self.batches_done, "identity": identity})
 
-    def load(self, path: Path) -> None:
+    def load(self, path: Path, identity: dict[str, str]) -> None:
+        """Resume from `path`, refusing a checkpoint of another trial or of another config."""
         state = self.backend.load(path)
+        if state.get("identity") != identity:
+            found = state.get("identity") or {}
+            raise TrialDirError(f"{path}: checkpoint of trial {found.get('trial_id')!r} with config "
+                                f"{str(found.get('config_sha256'))[:12]}, not of this trial {identity['trial_id']!r} "
+                                f"with config {identity['config_sha256'][:12]}; delete it to restart the trial, or "
+                                f"rerun with --rerun-changed/--force")
         self.source.load_state_dict(state["source"])
         self.version, self.batches_done = state["version"], state["batches_done"]
 
@@ -223,6 +238,7 @@ def policy_metrics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.
     m = mask.float()
     return {"policy/entropy": float((entropy * m).sum() / m.sum()),
             "policy/kl_behavior": float(((torch.exp(lam) - 1 - lam) * m).sum() / m.sum()),
+            "is/ratio_mean": float((torch.exp(lam.clamp(max=80)) * m).sum() / m.sum()),
             "is/ratio_max": float(torch.exp(lam.masked_fill(~mask, -torch.inf).max().clamp(max=80))),
             "is/ess_frac": float(ess)}
 
@@ -239,28 +255,30 @@ def rollout_metrics(batch: Batch, version: int) -> dict[str, float]:
             **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap})}
 
 
-def train(cfg: RunConfig, log: RunLog, params: dict[str, Any], progress: bool = False) -> str:
-    """Run (or resume from its checkpoint) one trial; returns its final status: completed or diverged.
-
-    `params` is the trial's grid point (written to params.json for reports).
-    """
+def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: bool = False) -> Outcome:
+    """Run (or resume from its checkpoint) one trial. `start(resume_step, base, eval_set_sha256)` writes
+    the trial's start records (trial.run_trial's lifecycle)."""
     torch.set_num_threads(cfg.train.threads)
     trainer = Trainer(cfg)
     ckpt = log.dir / "checkpoint.pt"
+    identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
     if ckpt.exists():
-        trainer.load(ckpt)
-    log.start(to_dict(cfg), params, resume_step=trainer.batches_done)
+        trainer.load(ckpt, identity)
+    start(trainer.batches_done, trainer.base, trainer.eval_set_sha256)
     if trainer.batches_done == 0:
         log.eval(0, trainer.evaluate())
     if cfg.async_ is not None:
         trainer.start_async()
     try:
-        return _loop(trainer, log, ckpt, progress)
+        outcome = _loop(trainer, log, ckpt, identity, progress)
     finally:
         trainer.source.close()
+    if outcome.status == "completed":
+        trainer.backend.remove_checkpoint(ckpt)
+    return outcome
 
 
-def _loop(trainer: Trainer, log: RunLog, ckpt: Path, progress: bool) -> str:
+def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], progress: bool) -> Outcome:
     cfg = trainer.cfg
     steps, k = cfg.train.steps, cfg.train.updates_per_batch
     bar = _progress(steps, trainer.batches_done, progress)
@@ -272,32 +290,50 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, progress: bool) -> str:
                 trainer.source.ready(trainer.version)
                 if j == 0:
                     batch = trainer.source.take(s)
+                    if k > 1:
+                        batch.logp_proximal = trainer.logp_now(batch.rollout)
                 row = rollout_metrics(batch, trainer.version)
                 row.update(trainer.update(batch))
                 trainer.version += 1
                 rows.append(row)
         except Diverged as exc:
             log.metrics(s + 1, {"loss/value": float("nan"), **rollout_metrics(batch, trainer.version)})
-            log.status("diverged", step=s + 1, error=str(exc), diverged_step=s + 1)
-            return "diverged"
-        row = {key: sum(r[key] for r in rows) / k for key in rows[0]}
-        row["stale/max"] = max(r["stale/max"] for r in rows)
+            return Outcome("diverged", s + 1, error=str(exc), diverged_step=s + 1)
+        row = combine_metrics([(1 / k, r) for r in rows])
         row["perf/step_s"] = time.perf_counter() - start
         trainer.batches_done = s + 1
         log.metrics(s + 1, row)
         if (s + 1) % cfg.eval.every_steps == 0 or s + 1 == steps:
             log.eval(s + 1, trainer.evaluate())
         if cfg.train.checkpoint_every and (s + 1) % cfg.train.checkpoint_every == 0 and s + 1 < steps:
-            trainer.save(ckpt)
+            trainer.save(ckpt, identity)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(reward=f"{row['train/reward_mean']:.2f}", stale=int(row["stale/max"]))
     if bar is not None:
         bar.close()
-    log.status("completed", step=steps)
-    ckpt.unlink(missing_ok=True)
-    shutil.rmtree(ckpt.with_suffix(".ds"), ignore_errors=True)     # DeepSpeed's checkpoint directory
-    return "completed"
+    return Outcome("completed", steps)
+
+
+_MAX, _MIN = ("_max", "/max"), ("_min", "/min")
+_EXTREMES = _MAX + _MIN
+
+
+def combine_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Metrics of several micro-batches or updates as one row: `…_max`/`…/max` keys take the max,
+    `…_min`/`…/min` the min, every other key the mean weighted by each part's share."""
+    out: dict[str, float] = {}
+    for share, metrics in parts:
+        for key, value in metrics.items():
+            if key not in out:
+                out[key] = value if key.endswith(_EXTREMES) else share * value
+            elif key.endswith(_MAX):
+                out[key] = max(out[key], value)
+            elif key.endswith(_MIN):
+                out[key] = min(out[key], value)
+            else:
+                out[key] += share * value
+    return out
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

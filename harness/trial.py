@@ -1,8 +1,13 @@
-"""One trial, wherever it runs (in-process for `stalebench train`, in a Ray worker for suites).
+"""One trial, wherever it runs (in-process for `stalebench train`, in a Ray worker for suites), and the
+rule that decides whether existing results still belong to a trial.
 
-Sets up the trial's RunLog (local files + optional MLflow mirror), skips a finished trial, resumes an
-interrupted one from its checkpoint, dispatches to the LLM trainer or the estimator lab, and turns an
-exception into a `failed` status with a one-line reason.
+The lifecycle is the same for LLM and estimator-lab trials: skip a finished trial; write config, params
+and provenance at the start (and at a resume, from the checkpoint's step); run; write the final status.
+An exception becomes a `failed` status with a one-line reason (traceback in error.log).
+
+Config identity: a trial *is* its resolved config. Results whose config.yaml differs from the suite's
+resolved config for that trial are never taken as that trial's: `check_identity` stops with the first
+changed keys, or (when asked) moves the old results aside and lets the trial run again.
 """
 from __future__ import annotations
 
@@ -11,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import flatten, to_dict
+from . import provenance, trialdir
+from .config import ConfigError, flatten, to_dict
 from .suite import Trial
-from .tracking import RunLog, read_jsonl
+from .tracking import RunLog
+
+ON_CHANGE = ("error", "rerun-changed", "force")
 
 
 @dataclass(frozen=True)
@@ -24,45 +32,74 @@ class MlflowTarget:
     parent_run_id: str | None
 
 
+def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error") -> list[str]:
+    """Compare each trial's resolved config with the results already in suite_dir; returns the ids of
+    the trials whose results were moved aside (to <suite>/.superseded/) and will run again.
+
+    on_change: "error" raises ConfigError naming the first changed trial and keys; "rerun-changed"
+    supersedes exactly the changed trials; "force" supersedes every trial that has results.
+    """
+    changed: list[tuple[Trial, list[str]]] = []
+    for t in trials:
+        old = trialdir.read_config(Path(suite_dir) / t.trial_id)
+        if old is None:
+            continue
+        diff = trialdir.config_changes(old, to_dict(t.config))
+        if diff or on_change == "force":
+            changed.append((t, diff))
+    if on_change == "error" and changed:
+        t, diff = changed[0]
+        more = f" (and {len(changed) - 1} more trials)" if len(changed) > 1 else ""
+        raise ConfigError(f"trial {t.trial_id}: its config changed since its results were written "
+                          f"({'; '.join(diff[:3])}{', ...' if len(diff) > 3 else ''}){more}; rerun the changed "
+                          f"trials with --rerun-changed (old results are kept under .superseded/) or all with --force")
+    for t, _ in changed:
+        trialdir.supersede(Path(suite_dir) / t.trial_id)
+    return [t.trial_id for t, _ in changed]
+
+
 def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None, progress: bool = False) -> dict[str, Any]:
     """Run `trial` into suite_dir/<trial_id> and return its status record.
 
     A finished trial (completed or diverged) is not rerun. An error inside the trial is recorded as
-    `failed` with a one-line reason (traceback in error.log) and re-raised as TrialFailed, so that the
-    runner can retry transient failures.
+    `failed` with a one-line reason and re-raised as TrialFailed, so that the runner can retry it.
     """
     trial_dir = Path(suite_dir) / trial.trial_id
     log = RunLog(trial_dir)
     previous = log.read_status()
-    if previous and previous["status"] in ("completed", "diverged"):
+    if previous.get("status") in trialdir.FINAL:
         return previous
-    sink = None
+    config = to_dict(trial.config)
+
+    def start(resume_step: int = 0, base: dict | None = None, eval_set_sha256: str | None = None) -> None:
+        import torch
+        record = provenance.collect(config_sha256=trialdir.config_sha256(config), base=base,
+                                    eval_set_sha256=eval_set_sha256, torch_threads=torch.get_num_threads(),
+                                    gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+        log.start(config, trial.params, record, resume_step=resume_step)
+
     try:
         if mlflow is not None:
             from .tracking import MlflowSink
-            sink = MlflowSink(mlflow.tracking_uri, mlflow.experiment_id, mlflow.parent_run_id, trial.trial_id,
-                              {**flatten(trial.config), "trial_id": trial.trial_id})
-            log.sink = sink
+            log.sink = MlflowSink(mlflow.tracking_uri, mlflow.experiment_id, mlflow.parent_run_id, trial.trial_id,
+                                  {**flatten(trial.config), "trial_id": trial.trial_id})
         if trial.config.lab is not None:
             from .lab.dynamics import run_lab_trial
-            log.start(to_dict(trial.config), trial.params)
-            status = run_lab_trial(trial.config, log)
-            last = read_jsonl(log.dir / "metrics.jsonl")
-            step = last[-1]["step"] if last else 0
-            log.status(status, step=step, diverged_step=step if status == "diverged" else None)
+            outcome = run_lab_trial(trial.config, log, start)
         else:
             from .trainer import train
-            train(trial.config, log, trial.params, progress=progress)
+            outcome = train(trial.config, log, start, progress=progress)
+        log.status(outcome.status, step=outcome.step, error=outcome.error, diverged_step=outcome.diverged_step,
+                   extra=outcome.extra)
     except Exception as exc:  # noqa: BLE001 — a failing trial is a result, not a crash of the suite
         (trial_dir / "error.log").write_text(traceback.format_exc())
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-        log.status("failed", step=(log.read_status() or {}).get("step", 0), error=message)
+        log.status("failed", step=log.read_status().get("step", 0), error=message)
         raise TrialFailed(message) from exc
     finally:
-        if sink is not None:
-            log.flush()
-            sink.log_artifacts(trial_dir)
-    return log.read_status() or {}
+        log.flush()
+        log.sink.log_artifacts(trial_dir)
+    return log.read_status()
 
 
 class TrialFailed(RuntimeError):

@@ -37,11 +37,13 @@ import ray
 import yaml
 from ray import tune
 
-from .config import ConfigError, build_run_config, from_dict
+from .config import DEFAULT_ESTIMATOR, ConfigError, build_run_config, from_dict
 from .status import ProgressLine, count_statuses, last_eval, read_status
 from .suite import Suite, Trial, expand
-from .tracking import RunLog, close_suite_run, default_tracking_uri, open_suite_run, read_jsonl
-from .trial import MlflowTarget, TrialFailed, run_trial
+from .tracking import RunLog, close_suite_run, default_tracking_uri, open_suite_run, supersede_run
+from .trialdir import read_jsonl
+from .trial import MlflowTarget, TrialFailed, check_identity, run_trial
+from .trialdir import FINAL, SUPERSEDED
 
 STORAGE_ENV = "STALEBENCH_STORAGE_PATH"    # Tune's storage_path (a shared directory or URI on a cluster)
 Say = Callable[[str], None]
@@ -52,35 +54,35 @@ Say = Callable[[str], None]
 # ----------------------------------------------------------------------------------------------
 
 def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: str | None = None,
-              progress: bool = True) -> dict[str, int]:
+              progress: bool = True, on_change: str = "error") -> dict[str, int]:
     """Run every trial of `suite` not yet completed or diverged; returns {status: number of trials}.
 
-    Raises KeyboardInterrupt when interrupted (Ctrl+C) after Tune stopped the trials; running the same
-    suite again resumes them."""
+    Existing results whose resolved config differs from the suite's are never taken as finished
+    (trial.check_identity; `on_change` says what to do). Raises KeyboardInterrupt when interrupted
+    (Ctrl+C) after Tune stopped the trials; running the same suite again resumes them."""
     suite_dir = (Path(results_root) / suite.name).resolve()
     trials = expand(suite)
     ids = [t.trial_id for t in trials]
     say = _printer(progress)
+    _verify_bases(trials)                              # before anything is written
+    superseded = check_identity(trials, suite_dir, on_change)
     _write_suite_file(suite, suite_dir, say)
-    pending = [t for t in trials if read_status(suite_dir / t.trial_id).get("status") not in ("completed", "diverged")]
+    pending = [t for t in trials if read_status(suite_dir / t.trial_id).get("status") not in FINAL]
     say(f"suite {suite.name}: {len(trials)} trials, {len(trials) - len(pending)} already finished, "
-        f"{len(pending)} to run -> {suite_dir}")
+        f"{len(pending)} to run -> {suite_dir}" + (f" ({len(superseded)} rerun after a config change; old "
+                                                    f"results in {suite_dir / SUPERSEDED})" if superseded else ""))
     if not pending:
         return count_statuses(suite_dir, ids)
     target = _open_mlflow(suite, Path(results_root), "suite", len(pending))
+    for tid in superseded:
+        supersede_run(target.tracking_uri, target.experiment_id, tid)
     interrupted = True
     try:
-        broken = _prepare_models(pending, say)
-        for tid, reason in broken.items():
-            _record_failure(suite_dir / tid, reason, target)
-            say(f"FAILED {tid}: {reason}")
-        runnable = [t for t in pending if t.trial_id not in broken]
-        if runnable:
-            steps = {t.trial_id: t.config.train.steps for t in trials}
-            with _ray_session(address, say), _ProgressThread(ProgressLine(suite_dir, steps), progress):
-                _fit(suite, runnable, suite_dir, target, say)
-        interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in ("completed", "diverged", "failed")
-                          for t in runnable)
+        steps = {t.trial_id: t.config.train.steps for t in trials}
+        with _ray_session(address, say), _ProgressThread(ProgressLine(suite_dir, steps), progress):
+            _fit(suite, pending, suite_dir, target, say)
+        interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in (*FINAL, "failed")
+                          for t in pending)
     finally:
         counts = count_statuses(suite_dir, ids)
         close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
@@ -97,40 +99,23 @@ def _write_suite_file(suite: Suite, suite_dir: Path, say: Say) -> None:
          **({"overrides": suite.overrides} if suite.overrides else {}), **({"tune": suite.tune} if suite.tune else {})},
         sort_keys=False)
     path = suite_dir / "suite.yaml"
-    if path.exists() and path.read_text() != text:
-        say(f"note: the suite file differs from {path}; finished trials keep their results (delete their "
-            f"directories to rerun them)")
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def _prepare_models(pending: list[Trial], say: Say) -> dict[str, str]:
-    """Build each distinct tiny base model once, here in the driver, so that trials never race to build
-    it. Returns {trial_id: reason} for the trials whose base model cannot be built."""
-    from .models import ensure_tiny_model, recipe
+def _verify_bases(trials: list[Trial]) -> None:
+    """Check each distinct starting checkpoint once, in the driver (a frozen base's files against its
+    manifest): a damaged or replaced base stops the run with one line before any trial starts."""
+    from .models import base_identity
 
-    reasons: dict[str, str | None] = {}                 # recipe -> None (ready) or why not
-    broken: dict[str, str] = {}
-    for t in pending:
-        cfg = t.config
-        if cfg.lab is not None or cfg.model.kind == "path":
-            continue
-        key = json.dumps(recipe(cfg.model, cfg.task), sort_keys=True)
-        if key not in reasons:
-            note = f"building the tiny base model for {cfg.task.name} (once per recipe, then cached; minutes)..."
-            slow = threading.Timer(2.0, say, [note])
-            slow.start()
-            try:
-                ensure_tiny_model(cfg.model, cfg.task)
-                reasons[key] = None
-            except Exception as exc:  # noqa: BLE001 — becomes those trials' failure reason
-                reasons[key] = f"base model: {type(exc).__name__}: {exc}".splitlines()[0][:500]
-            finally:
-                slow.cancel()
-        if reasons[key]:
-            broken[t.trial_id] = reasons[key]
-    return broken
+    seen = set()
+    for t in trials:
+        model = t.config.model
+        key = (model.kind, model.base, model.path)
+        if t.config.lab is None and key not in seen:
+            seen.add(key)
+            base_identity(model)
 
 
 def _open_mlflow(suite: Suite, results_root: Path, role: str, pending: int) -> MlflowTarget:
@@ -407,6 +392,8 @@ class TuneSpec:
     metric: str = "eval/acc"               # objective: this metric in the last row of the trial's eval.jsonl
     mode: str = "max"                      # max | min
     sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
+    delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
+                                           # update per batch: there every estimator's gradient equals grpo's
 
     def validate(self, suite: Suite) -> None:
         if not 0 < self.low < self.high:
@@ -426,6 +413,11 @@ class TuneSpec:
             raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
         for bound in (self.low, self.high):
             build_run_config(suite.base, {self.param: bound})     # a value the setting refuses
+        if self.delay is not None and self.delay < 0:
+            raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
+
+    def tune_delay(self, suite: Suite) -> int:
+        return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
 
 
 def parse_tune(suite: Suite) -> TuneSpec:
@@ -444,7 +436,8 @@ def parse_tune(suite: Suite) -> TuneSpec:
 def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str | None = None,
                progress: bool = True) -> Path:
     """Search `tune.param` for every estimator of the suite's grid with the same number of trials, at
-    delay 0, the first value of every other grid axis and the first seed; write the best value per
+    `tune.delay` (default: the grid's largest delay, where the estimators differ), the first value of
+    every other grid axis and the first seed; write the best value per
     estimator as suite `overrides:` to results/<suite>/tuned-overrides.yaml and return that path.
 
     Trials live in results/<suite>/tune/<estimator>-<param><value>; an interrupted search starts again
@@ -453,12 +446,12 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     say = _printer(progress)
     suite_dir = (Path(results_root) / suite.name).resolve()
     _write_suite_file(suite, suite_dir, say)
-    algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", "grpo")])]
-    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": 0, "seed": suite.seeds[0]}
-    for trial_id, reason in _prepare_models([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms], say).items():
-        raise ConfigError(f"model: the base model of {trial_id} cannot be built: {reason}")
+    algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
+    delay = spec.tune_delay(suite)
+    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": suite.seeds[0]}
+    _verify_bases([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms])
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
-        f"{spec.trials_per_algorithm} trials each at delay 0 -> {suite_dir / 'tune'}")
+        f"{spec.trials_per_algorithm} trials each at delay {delay} -> {suite_dir / 'tune'}")
     target = _open_mlflow(suite, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
     (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
     (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each

@@ -18,7 +18,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from harness.config import build_run_config
 from harness.models import char_tokenizer
 from harness.tasks.synthetic import ADDREV_VOCAB
-from harness.tracking import RunLog, read_jsonl
+from harness.tracking import RunLog
+from harness.trialdir import read_jsonl
 from harness.trainer import train
 
 

@@ -79,9 +79,8 @@ def test_grpo_symmetric_clip():
     out, grad = run("grpo", batch(GRPO_LAM, GRPO_ADV), eps=0.2)
     close(out.loss, 0.15)
     close(grad, [[0.0, -0.125], [0.375, 0.0]])
-    # clip fractions: low (A<0 ∧ ρ<0.8) = 1/4, high (A>0 ∧ ρ>1.2) = 1/4; ratio mean (1.5+.5+1.5+.5)/4 = 1
-    close([out.metrics[k] for k in ("is/clip_frac_low", "is/clip_frac_high", "is/clip_frac", "is/ratio_mean",
-                                    "is/ratio_max")], [0.25, 0.25, 0.5, 1.0, 1.5])
+    # clip fractions: low (A<0 ∧ ρ<0.8) = 1/4, high (A>0 ∧ ρ>1.2) = 1/4 (ratio statistics are the trainer's)
+    close([out.metrics[k] for k in ("is/clip_frac_low", "is/clip_frac_high", "is/clip_frac")], [0.25, 0.25, 0.5])
 
 
 def test_grpo_clip_higher():
@@ -173,7 +172,7 @@ def test_tis():
     out, grad = run("tis", batch(lam, [1.0, -2.0], logp=logp), eps=0.2)
     close(out.loss, -1.125)
     close(grad, [[-0.5, -0.125], [0.75, 0.5]])
-    close([out.metrics["tis/truncated_frac"], out.metrics["is/ratio_mean"]], [0.25, 1.5])  # (3+.5+1.5+1)/4
+    close(out.metrics["tis/truncated_frac"], 0.25)
     # C = 4: (0,0) keeps w = 3: loss = −(−3 − 1 + 1.5 + 6)/4 = −0.875, grad (0,0) = −3/4
     out, grad = run("tis", batch(lam, [1.0, -2.0], logp=logp), eps=0.2, cap=4.0)
     close(out.loss, -0.875)
@@ -187,7 +186,7 @@ def test_is_none():
     out, grad = run("is_none", batch([[0.1, -0.2], [0.3, 0.0]], [2.0, -1.0], mask=[[1, 1], [1, 0]]), eps=0.2)
     close(out.loss, -0.8326481782437519)
     close(grad, [[-0.7367806121, -0.5458205021], [0.4499529359, 0.0]])
-    close([out.metrics["is/ratio_mean"], out.metrics["is/ratio_max"]], [1.0912534929, e(0.3)])
+    assert out.metrics == {}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -478,3 +477,65 @@ def test_group_advantages_rejects_bad_mode_and_shapes():
     assert "mean" in str(err.value) and "rank" in str(err.value)
     with pytest.raises(ValueError, match="group_ids"):
         group_advantages(torch.zeros(3), torch.zeros(2))
+
+
+# ----------------------------------------------------------------------------------------------
+# naive and decoupled: the trust region around π_prox; decoupled also weights by sg(π_prox / π_b)
+# ----------------------------------------------------------------------------------------------
+
+def with_proximal(inp: LossInputs, prox_log_ratio) -> LossInputs:
+    """`inp` with logp_proximal = logp − μ, so that π_θ/π_prox = exp(μ)."""
+    mu = torch.tensor(prox_log_ratio, dtype=F64)
+    return LossInputs(inp.logp, inp.logp_behavior, inp.advantages, inp.mask, inp.group_ids, inp.logp.detach() - mu)
+
+
+def test_naive_ignores_the_behavior_policy():
+    # One update per batch (no logp_proximal): ρ' = 1, so ℓ = −A whatever λ is; grad −A/N.
+    # A = [1, −2], N = 4 tokens: loss = (−1 −1 +2 +2)/4 = 0.5; grad rows [−0.25, −0.25], [0.5, 0.5].
+    out, grad = run("naive", batch([[3.0, -3.0], [2.0, 0.5]], [1.0, -2.0]), eps=0.2)
+    close(out.loss, 0.5)
+    close(grad, [[-0.25, -0.25], [0.5, 0.5]])
+    # With π_prox given: μ = λ' = [[ln 1.5, ln .5], [ln 1.5, ln .5]], ε = 0.2 → the grpo case above, A = [1, −1]:
+    # (0,0) A=+1 ρ'=1.5 clipped at 1.2 → −1.2, grad 0; (0,1) ρ'=.5 → −.5, grad −.5/4; (1,0) A=−1 ρ'=1.5 → 1.5,
+    # grad 1.5/4; (1,1) ρ'=.5 → max(.5, .8) = .8, grad 0. loss = (−1.2 − .5 + 1.5 + .8)/4 = 0.15.
+    inp = with_proximal(batch([[9.0, 9.0], [9.0, 9.0]], [1.0, -1.0]), GRPO_LAM)
+    out, grad = run("naive", inp, eps=0.2)
+    close(out.loss, 0.15)
+    close(grad, [[0.0, -0.125], [0.375, 0.0]])
+    close(out.metrics["naive/clip_frac"], 0.5)
+
+
+def test_decoupled_weights_by_the_behavior_ratio():
+    # logp = −1 everywhere; π_prox given with μ = logp − logp_prox; λ = logp − logp_behavior, so the behavior
+    # weight is w = π_prox/π_b = exp(λ − μ). Row 0: A = 1, μ = [0, ln 1.5], λ = [ln 2, ln 3]:
+    #   (0,0) ρ' = 1, w = 2: ℓ = −2, grad −2·1/4 = −0.5; (0,1) ρ' = 1.5 > 1.2 clipped: ℓ = −1.2·2 = −2.4, grad 0.
+    # Row 1: A = −1, μ = [ln .5, 0], λ = [0, ln .25]:
+    #   (1,0) ρ' = .5 < .8: max(.5, .8) = .8 clipped, w = 2: ℓ = 1.6, grad 0; (1,1) ρ' = 1, w = .25: ℓ = .25,
+    #   grad +.25/4 = 0.0625.
+    # loss = (−2 − 2.4 + 1.6 + .25)/4 = −0.6375
+    lam = [[math.log(2.0), math.log(3.0)], [0.0, math.log(0.25)]]
+    mu = [[0.0, math.log(1.5)], [math.log(0.5), 0.0]]
+    out, grad = run("decoupled", with_proximal(batch(lam, [1.0, -1.0]), mu), eps=0.2)
+    close(out.loss, -0.6375)
+    close(grad, [[-0.5, 0.0], [0.0, 0.0625]])
+    # weights: (2 + 2 + 2 + .25)/4 = 1.5625; clipped 2 of 4 tokens
+    close([out.metrics["decoupled/behavior_weight_mean"], out.metrics["decoupled/clip_frac"]], [1.5625, 0.5])
+    # behavior_weight_cap = 1.9 drops the three tokens with w = 2: loss = .25/4, grad only (1,1)
+    out, grad = run("decoupled", with_proximal(batch(lam, [1.0, -1.0]), mu), eps=0.2, behavior_weight_cap=1.9)
+    close(out.loss, 0.0625)
+    close(grad, [[0.0, 0.0], [0.0, 0.0625]])
+    close(out.metrics["decoupled/dropped_frac"], 0.75)
+
+
+def test_decoupled_dual_clip_and_on_policy_limit():
+    # dual clip c = 3, A = −1 on row 1: (1,0) ρ' = 5 (μ = ln 5), w = 1 (λ = μ): PPO ℓ = max(5, 1.2) = 5, dual
+    # min(5, 3) = 3, grad 0. (1,1) ρ' = 1: ℓ = 1, grad 1/4. Row 0 A = 1, ρ' = 1, w = 1: ℓ = −1 each, grad −1/4.
+    # loss = (−1 −1 + 3 + 1)/4 = 0.5
+    lam = mu = [[0.0, 0.0], [math.log(5.0), 0.0]]
+    out, grad = run("decoupled", with_proximal(batch(lam, [1.0, -1.0]), mu), eps=0.2, dual_clip=3.0)
+    close(out.loss, 0.5)
+    close(grad, [[-0.25, -0.25], [0.0, 0.25]])
+    # No logp_proximal and λ = 0: decoupled, naive and grpo are all −A ∇log π.
+    for name in ("naive", "decoupled", "grpo"):
+        _, grad = run(name, batch([[0.0, 0.0], [0.0, 0.0]], [1.0, -2.0]), eps=0.2)
+        close(grad, [[-0.25, -0.25], [0.5, 0.5]])

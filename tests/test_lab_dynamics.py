@@ -7,7 +7,8 @@ import pytest
 
 from harness.config import ConfigError, build_run_config
 from harness.lab.dynamics import run_lab_trial
-from harness.tracking import RunLog, read_jsonl
+from harness.tracking import RunLog
+from harness.trialdir import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_KEYS = {"train/reward_mean", "loss/value", "opt/grad_norm", "stale/mean", "stale/max", "lab/J",
@@ -27,7 +28,7 @@ def tiny(**over) -> dict:
 
 def run(tmp_path: Path, name: str, base: dict) -> tuple[str, list[dict], list[dict]]:
     log = RunLog(tmp_path / name)
-    status = run_lab_trial(build_run_config(base), log)
+    status = run_lab_trial(build_run_config(base), log, lambda: None).status
     return status, read_jsonl(log.dir / "metrics.jsonl"), read_jsonl(log.dir / "eval.jsonl")
 
 

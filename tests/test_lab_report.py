@@ -56,9 +56,9 @@ def lab_results(tmp_path_factory) -> Path:
             for seed in suite["seeds"]:
                 params = {"algorithm": algo, "delay": delay, "seed": seed}
                 log = RunLog(root / f"{algo}-d{delay}-s{seed}")
-                log.start({}, params)
-                run_lab_trial(build_run_config(base, params), log)
-                log.status("completed", step=10)
+                log.start({}, params, {"config_sha256": "x"})
+                outcome = run_lab_trial(build_run_config(base, params), log, lambda: None)
+                log.status(outcome.status, step=outcome.step)
     return root
 
 

@@ -26,7 +26,10 @@ import yaml
 from harness.config import ConfigError
 from harness.status import ProgressLine, suite_status
 from harness.suite import expand, load_suite, parse_suite
-from harness.tracking import MlflowSink, RunLog, open_suite_run, read_jsonl
+from harness.tracking import MlflowSink, RunLog, open_suite_run
+from harness.trialdir import read_jsonl
+
+PROV = {"config_sha256": "test"}
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -132,13 +135,13 @@ def test_status_table_and_counts(tmp_path, tiny_base):
     (results / "suite.yaml").write_text(suite.source)
     ids = [t.trial_id for t in expand(suite)]
     done, failed, running = RunLog(results / ids[0]), RunLog(results / ids[1]), RunLog(results / ids[2])
-    done.start({"train": {"steps": 6}}, {})
+    done.start({"train": {"steps": 6}}, {}, PROV)
     for s in range(1, 7):
         done.metrics(s, {"loss/value": 0.1})
     done.eval(6, {"eval/acc": 0.25})
     done.status("completed", step=6)
     failed.status("failed", step=0, error="FileNotFoundError: no model at /x")
-    running.start({"train": {"steps": 6}}, {})
+    running.start({"train": {"steps": 6}}, {}, PROV)
     running.metrics(1, {"loss/value": 0.1})
     running.metrics(2, {"loss/value": 0.1})
     table = suite_status(results)
@@ -173,30 +176,28 @@ def test_cli_status_resolves_name_dir_and_file(tmp_path, tiny_base, monkeypatch,
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_prepare_models_builds_each_recipe_once_and_reports_failures(monkeypatch, tiny_base):
-    from harness import models, tune_runner
+def test_a_damaged_base_stops_the_run_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """The frozen base is checked against its manifest in the driver: one line naming the file and the
+    expected hash, exit 2, no results directory, no MLflow run."""
+    import shutil
 
-    built = []
+    from harness import base_models
 
-    def fake_build(model, task):
-        built.append(model.hidden_size)
-        if model.hidden_size == 64:
-            raise RuntimeError("tiny base model warm start ended at greedy accuracy 0.02\nsecond line")
-        return Path("/cache/x")
-
-    monkeypatch.setattr(models, "ensure_tiny_model", fake_build)
-    tiny = {**tiny_base, "model": {"kind": "tiny"}}
-    suite = parse_suite({"suite": "m", "base": tiny, "grid": {"algorithm": ["grpo", "tis"],
-                         "model.hidden_size": [32, 64], "delay": [0, 2]}, "seeds": [0, 1]})
-    trials = expand(suite)
-    lines = []
-    broken = tune_runner._prepare_models(trials, lines.append)
-    assert built == [32, 64]                           # 16 trials, two recipes, each built once
-    assert set(broken) == {t.trial_id for t in trials if t.config.model.hidden_size == 64}
-    assert all(r == "base model: RuntimeError: tiny base model warm start ended at greedy accuracy 0.02"
-               for r in broken.values())
-    path_trials = expand(parse_suite({"suite": "p", "base": tiny_base, "grid": {"algorithm": ["grpo"]}}))
-    assert tune_runner._prepare_models(path_trials, lines.append) == {} and built == [32, 64]
+    bases = tmp_path / "bases"
+    shutil.copytree(base_models.BASES_DIR / "tiny-addrev-v1", bases / "tiny-addrev-v1")
+    monkeypatch.setattr(base_models, "BASES_DIR", bases)
+    monkeypatch.setattr("harness.models.BASES_DIR", bases)
+    weights = bases / "tiny-addrev-v1" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
+    base = {"model": {"kind": "tiny"}, "train": {"steps": 2}}
+    suite_path = tmp_path / "b.yaml"
+    suite_path.write_text(yaml.safe_dump({"suite": "b", "base": base}))
+    results = tmp_path / "results"
+    from harness.cli import main
+    assert main(["run", str(suite_path), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.safetensors: sha256" in err and "does not match the expected" in err
+    assert not results.exists()
 
 
 def test_mlflow_resume_backfills_unflushed_rows_and_skips_logged_ones(tmp_path, mlflow_server):
@@ -209,7 +210,7 @@ def test_mlflow_resume_backfills_unflushed_rows_and_skips_logged_ones(tmp_path, 
 
     def attempt(resume_step: int, steps: range, offset: float) -> RunLog:
         log = RunLog(trial_dir, MlflowSink(mlflow_server, exp, parent, "t", {"train.lr": 1e-3}), flush_every=4)
-        log.start({"train": {"steps": 10}}, {}, resume_step=resume_step)
+        log.start({"train": {"steps": 10}}, {}, PROV, resume_step=resume_step)
         for s in steps:
             log.metrics(s, {"loss/value": s + offset})
         return log
@@ -239,10 +240,13 @@ class _DyingSink:
     def set_status(self, status, error):
         pass
 
+    def set_tags(self, tags):
+        pass
+
 
 def _finish_and_die(trial_dir: Path) -> None:
     log = RunLog(trial_dir, _DyingSink(), flush_every=100)
-    log.start({}, {})
+    log.start({}, {}, PROV)
     log.metrics(1, {"loss/value": 1.0})
     log.status("completed", step=1)
 
@@ -337,16 +341,19 @@ def test_tune_lr_suite_file_is_valid():
 
 
 def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkeypatch, capfd):
-    """2 working estimators × 2 delays complete, a third estimator with a missing model fails after its
-    retry; results files, one line per failure, and MLflow (one parent, one child per trial, params,
-    every step once) are checked."""
+    """2 working estimators × 2 delays complete, a third estimator with a broken model (a directory whose
+    config.json is not a model config) fails inside its trial after its retry; results files, one line
+    per failure, and MLflow (one parent, one child per trial, params, every step once) are checked."""
     from mlflow.tracking import MlflowClient
 
     from harness.tune_runner import run_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
     path = make_suite(tmp_path, "e2e", tiny_base, {"algorithm": ["grpo", "gmc_grpo", "tis"], "delay": [0, 2]},
-                      overrides={"tis": {"model.path": str(tmp_path / "no-model")}},
+                      overrides={"tis": {"model.path": str(broken)}},
                       resources={"cpu": 1, "max_failures": 1})
     suite = load_suite(path)
     results = tmp_path / "results"
@@ -360,7 +367,7 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
     for tid in trials:
         status = json.loads((suite_dir / tid / "status.json").read_text())
         if tid in failed:
-            assert status["status"] == "failed" and status["error"].startswith("FileNotFoundError: no model at")
+            assert status["status"] == "failed" and status["error"] and "\n" not in status["error"]
             assert "Traceback" in (suite_dir / tid / "error.log").read_text()
         else:
             assert status["status"] == "completed" and status["step"] == 6
@@ -369,8 +376,9 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
             assert not (suite_dir / tid / "checkpoint.pt").exists()
     # the console: one FAILED line per failed trial with its reason, a retry line, no traceback
     for tid in failed:
-        assert sum(f"FAILED {tid}: FileNotFoundError: no model at" in ln for ln in err.splitlines()) == 1, err
-        assert f"retrying {tid}: FileNotFoundError" in err
+        reason = json.loads((suite_dir / tid / "status.json").read_text())["error"]
+        assert sum(f"FAILED {tid}: {reason}" in ln for ln in err.splitlines()) == 1, err
+        assert f"retrying {tid}: {reason.split(':')[0]}" in err
     assert "Traceback" not in out + err and "(raylet)" not in out + err and "ERROR" not in err, err
     # MLflow: the experiment is named after the suite; one parent run; one child per trial under it
     client = MlflowClient(mlflow_server)
@@ -385,7 +393,8 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
         assert run.data.params["algorithm"] == trials[tid].config.algorithm
         assert run.data.params["train.steps"] == "6" and run.data.params["delay"] == str(trials[tid].config.delay)
         if tid in failed:
-            assert run.info.status == "FAILED" and run.data.tags["stalebench.error"].startswith("FileNotFoundError")
+            assert run.info.status == "FAILED" and run.data.tags["stalebench.error"] == json.loads(
+                (suite_dir / tid / "status.json").read_text())["error"]
         else:
             assert run.info.status == "FINISHED"
             assert_mlflow_mirrors_files(client, run, suite_dir / tid)

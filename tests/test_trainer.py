@@ -9,9 +9,11 @@ import torch
 from harness.config import build_run_config
 from harness.models import load_model
 from harness.rollout.hf import HFEngine
-from harness.tracking import RunLog, read_jsonl
+from harness.suite import Trial
+from harness.trial import run_trial
+from harness.trialdir import read_jsonl
 from harness import trainer as trainer_mod
-from harness.trainer import Trainer, token_logp, train
+from harness.trainer import Trainer, token_logp
 
 CONTRACT = ["train/reward_mean", "loss/value", "opt/grad_norm", "policy/entropy", "policy/kl_behavior",
             "is/ratio_max", "is/ess_frac", "stale/mean", "stale/max", "rollout/len_mean", "rollout/zero_adv_frac",
@@ -19,10 +21,10 @@ CONTRACT = ["train/reward_mean", "loss/value", "opt/grad_norm", "policy/entropy"
 
 
 def run(base, tmp_path, name="t", **overrides):
+    """One trial through the whole lifecycle (trial.run_trial); returns its status and rows."""
     cfg = build_run_config(base, overrides)
-    log = RunLog(tmp_path / name)
-    status = train(cfg, log, {"seed": cfg.seed})
-    return status, read_jsonl(log.dir / "metrics.jsonl"), read_jsonl(log.dir / "eval.jsonl")
+    record = run_trial(Trial(name, {"seed": cfg.seed}, cfg), tmp_path)
+    return record["status"], read_jsonl(tmp_path / name / "metrics.jsonl"), read_jsonl(tmp_path / name / "eval.jsonl")
 
 
 def strip_perf(rows):

@@ -1,6 +1,6 @@
 """Delayed-SGD training on the synthetic problem: one estimator-lab trial.
 
-    status = run_lab_trial(cfg, log)     # cfg: RunConfig with a `lab:` section; log: RunLog
+    outcome = run_lab_trial(cfg, log, start)     # cfg: RunConfig with a `lab:` section; log: RunLog
 
 The loop, step t = 0..steps−1 (CleanRL-style, top to bottom):
     π_b      = θ_{max(0, t−d)}                    (a FIFO of the last d+1 policies' log-prob tables, d = cfg.delay;
@@ -36,13 +36,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from algorithms import LossInputs, compute_loss, group_advantages
 
 from . import estimate, policy
+from ..trialdir import Outcome
 from .config import LabConfig
 
 if TYPE_CHECKING:
@@ -141,9 +142,11 @@ def measurement_row(cfg: "RunConfig", problem: policy.Problem, theta0: torch.Ten
     return row
 
 
-def run_lab_trial(cfg: "RunConfig", log: "RunLog") -> str:
-    """Train the synthetic policy with delayed SGD, log rows, measure; return "completed" or "diverged"."""
+def run_lab_trial(cfg: "RunConfig", log: "RunLog", start: Callable[[], None]) -> Outcome:
+    """Train the synthetic policy with delayed SGD, log rows, measure; `start()` writes the trial's start
+    records (trial.run_trial's lifecycle). Lab trials are short and always start from step 0."""
     check_supported(cfg)
+    start()
     lab = cfg.lab or LabConfig()
     torch.set_num_threads(cfg.train.threads)
     problem, theta0 = make_setup(cfg)
@@ -164,7 +167,7 @@ def run_lab_trial(cfg: "RunConfig", log: "RunLog") -> str:
                     "perf/step_s": time.perf_counter() - start})
         if not finite:
             log.metrics(t + 1, {**row, "loss/value": math.nan})
-            return "diverged"
+            return Outcome("diverged", t + 1, error="loss or policy is NaN/inf", diverged_step=t + 1)
         history.append(table)
         if (t + 1) % lab.log_every == 0 or t + 1 == steps:
             log.metrics(t + 1, row)
@@ -174,4 +177,4 @@ def run_lab_trial(cfg: "RunConfig", log: "RunLog") -> str:
     if lab.measure_groups > 0:
         final.update(measurement_row(cfg, problem, theta0))
     log.eval(steps, final)
-    return "completed"
+    return Outcome("completed", steps)

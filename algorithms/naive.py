@@ -1,0 +1,29 @@
+"""naive — the stale batch treated as on-policy: PPO clip against the proximal policy, no behavior correction.
+
+What a synchronous trainer does when asynchronous rollouts reach it and its "old" log-probs are
+recomputed by the current actor before the update: the behavior policy π_b is forgotten.
+
+Objective (per valid token, A broadcast over the response):
+    ℓ_{i,t} = max(−A_i ρ'_{i,t}, −A_i clip(ρ'_{i,t}, 1 − ε, 1 + ε_high)),   ρ' = π_θ / π_prox
+
+Symbols → code: ρ' = `proximal_ratio`, π_prox = `logp_proximal` (with one update per batch π_prox is
+π_θ at the start of the step, so ρ' = 1 and the gradient is −A ∇log π_θ: REINFORCE with the group
+baseline on data from a `delay`-old policy), ε = `eps`, ε_high = `eps_high` (default ε).
+
+Deviations: none beyond the stalebench-wide ones ([ours] log-ratios clamped to ±20, common.py). This is a
+baseline of ours: it measures what ignoring staleness costs.
+"""
+from __future__ import annotations
+
+from .common import BatchContext, LossInputs, masked_mean, ppo_clip_token_loss, proximal_ratio
+from .registry import register
+
+
+@register("naive")
+def naive(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_high: float | None = None):
+    low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
+    ratio = proximal_ratio(inp)                                  # (B, T)
+    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high)
+    r, adv = ratio.detach(), inp.advantages.unsqueeze(1)
+    clipped = ((adv < 0) & (r < low)) | ((adv > 0) & (r > high))
+    return loss, {"naive/clip_frac": masked_mean(clipped.float(), inp.mask)}

@@ -1,0 +1,171 @@
+"""The trial directory: the one owner of its file format (stdlib and yaml only; no torch, no ray).
+
+    results/<suite>/<trial_id>/
+        config.yaml       the resolved run config (what the trial *is*; its hash is the trial's identity)
+        params.json       the grid point and seed (what distinguishes the trial within its suite)
+        provenance.json   what produced it: code commit, package versions, machine, base checkpoint hash,
+                          eval-set hash, config hash (written at every start and resume)
+        metrics.jsonl     one row per step (consumed batch); eval.jsonl: one row per evaluation
+        status.json       running | completed | diverged | failed, the step reached, the config hash
+    results/<suite>/.superseded/<trial_id>-<utc>/   results of a config that was changed and rerun
+
+Everyone else reads and writes these files through this module.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+STATUSES = ("running", "completed", "failed", "diverged")
+FINAL = ("completed", "diverged")          # a trial in a final status is a result and is never rerun
+NOT_TRIALS = frozenset({"lab", "ray", "tune"})   # directories beside the trials that are not trials
+SUPERSEDED = ".superseded"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a trial ended (what its final status.json records)."""
+    status: str                        # completed | diverged
+    step: int
+    error: str | None = None
+    diverged_step: int | None = None
+    extra: Mapping[str, Any] | None = None
+
+
+class TrialDirError(ValueError):
+    """A trial directory that cannot be trusted as it is (one line naming the file and the way out)."""
+
+
+def is_trial_dir(path: Path) -> bool:
+    return path.is_dir() and not path.name.startswith(".") and path.name not in NOT_TRIALS
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# ----------------------------------------------------------------------------------------------
+# Identity
+# ----------------------------------------------------------------------------------------------
+
+def config_sha256(config: Mapping[str, Any]) -> str:
+    """sha256 of a resolved config (the plain dict of config.yaml), key order ignored."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_config(trial_dir: Path) -> dict[str, Any] | None:
+    """The trial's resolved config.yaml, or None when it has none (or an unreadable one)."""
+    try:
+        data = yaml.safe_load((Path(trial_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two resolved configs, with old -> new, in key order."""
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b, name = old.get(key, "<absent>"), new.get(key, "<absent>"), f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_changes(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name} {_short(a)} -> {_short(b)}")
+    return out
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def supersede(trial_dir: Path) -> Path:
+    """Move a trial's results aside (never delete them): <suite>/.superseded/<trial_id>-<utc>/."""
+    trial_dir = Path(trial_dir)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    dest = trial_dir.parent / SUPERSEDED / f"{trial_dir.name}-{stamp}"
+    dest.parent.mkdir(exist_ok=True)
+    os.replace(trial_dir, dest)
+    return dest
+
+
+# ----------------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------------
+
+def read_status(trial_dir: Path) -> dict[str, Any]:
+    """The trial's status.json ({} if it has none, or one that is not a JSON object)."""
+    return _read_json(Path(trial_dir) / "status.json")
+
+
+def read_params(trial_dir: Path) -> dict[str, Any]:
+    return _read_json(Path(trial_dir) / "params.json")
+
+
+def read_provenance(trial_dir: Path) -> dict[str, Any]:
+    return _read_json(Path(trial_dir) / "provenance.json")
+
+
+def write_status(trial_dir: Path, record: Mapping[str, Any]) -> None:
+    write_atomic(Path(trial_dir) / "status.json", json.dumps(dict(record), indent=1))
+
+
+def write_start(trial_dir: Path, config: Mapping[str, Any], params: Mapping[str, Any],
+                provenance: Mapping[str, Any]) -> None:
+    trial_dir = Path(trial_dir)
+    write_atomic(trial_dir / "config.yaml", yaml.safe_dump(dict(config), sort_keys=False))
+    write_atomic(trial_dir / "params.json", json.dumps(dict(params), indent=1))
+    write_atomic(trial_dir / "provenance.json", json.dumps(dict(provenance), indent=1))
+
+
+def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:
+    """Rows of a JSONL file. A torn last line (a writer killed mid-line) is dropped; a damaged line
+    anywhere else is skipped, or with `strict` raises TrialDirError (resume must not drop rows)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            if i == len(lines) - 1:
+                break
+            if strict:
+                raise TrialDirError(f"{path}: line {i + 1} is damaged (not a JSON object); repair or delete "
+                                    f"that line, or rerun the trial with --rerun-changed/--force") from None
+            continue
+        rows.append(row)
+    return rows
+
+
+def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(dict(row)) + "\n")
+
+
+def truncate_jsonl(path: Path, through_step: int) -> list[dict[str, Any]]:
+    """Keep the rows with step <= through_step (a resume from that checkpoint); returns them."""
+    kept = [r for r in read_jsonl(path, strict=True) if r.get("step", 0) <= through_step] if through_step else []
+    write_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in kept))
+    return kept
