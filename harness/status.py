@@ -4,6 +4,10 @@ Reads only the result files (results/<suite>/suite.yaml and each trial's status.
 eval.jsonl, config.yaml); imports no Ray. A trial of the suite file without a directory yet is `pending`.
 A `running` trial whose files have not changed for a while may belong to a driver that was killed:
 `stalebench run` on the same suite resumes it.
+
+Result files are data, not trusted text: every string from them (trial ids, statuses, error messages)
+goes through :func:`printable` before it reaches the terminal, so escape sequences in a file cannot
+clear the screen or retitle the terminal, and a malformed file shows as unreadable instead of crashing.
 """
 from __future__ import annotations
 
@@ -13,26 +17,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .config import ConfigError
-from .trialdir import read_jsonl
+from .trialdir import ENDED, is_trial_dir, read_jsonl, read_status
+from .yamlio import load_yaml_file
 
 ORDER = ("running", "failed", "diverged", "completed", "pending")
-FINISHED = ("completed", "diverged", "failed")
-NOT_TRIALS = {"ray", "tune"}          # Tune's storage and `stalebench tune` trials live beside the trials
 
 
 # ----------------------------------------------------------------------------------------------
 # One trial's files
 # ----------------------------------------------------------------------------------------------
 
-def read_status(trial_dir: Path) -> dict[str, Any]:
-    """The trial's status.json ({} if it has none yet)."""
-    try:
-        return json.loads((Path(trial_dir) / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
+def printable(text: object) -> str:
+    """``str(text)`` with control and other non-printable characters escaped (ESC -> ``\\x1b``,
+    newline -> ``\\n``), so a string from a result file cannot drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def status_name(status: dict[str, Any]) -> str:
+    """The "status" of a read_status() dict, printable: "pending" if absent, "unknown" if not a string."""
+    name = status.get("status", "pending")
+    return printable(name)[:20] if isinstance(name, str) else "unknown"
 
 
 def last_step(trial_dir: Path) -> int:
@@ -54,15 +59,18 @@ def last_step(trial_dir: Path) -> int:
 
 def last_eval(trial_dir: Path, metric: str = "eval/acc") -> float | None:
     """`metric` in the last row of eval.jsonl that has it."""
-    rows = [r for r in read_jsonl(Path(trial_dir) / "eval.jsonl") if metric in r]
-    return float(rows[-1][metric]) if rows else None
+    rows = [r for r in read_jsonl(Path(trial_dir) / "eval.jsonl") if isinstance(r, dict) and metric in r]
+    try:
+        return float(rows[-1][metric]) if rows else None
+    except (TypeError, ValueError):
+        return None
 
 
 def count_statuses(suite_dir: Path, trial_ids: list[str]) -> dict[str, int]:
     """{status: number of trials} from their status.json files (no file yet: "pending")."""
     counts: dict[str, int] = {}
     for t in trial_ids:
-        status = read_status(Path(suite_dir) / t).get("status", "pending")
+        status = status_name(read_status(Path(suite_dir) / t))
         counts[status] = counts.get(status, 0) + 1
     return dict(sorted(counts.items()))
 
@@ -82,9 +90,9 @@ class ProgressLine:
         counts: dict[str, int] = {}
         steps = 0
         for t, n in self.steps_by_trial.items():
-            status = read_status(self.suite_dir / t).get("status", "pending")
+            status = status_name(read_status(self.suite_dir / t))
             counts[status] = counts.get(status, 0) + 1
-            steps += n if status in FINISHED else min(n, last_step(self.suite_dir / t))
+            steps += n if status in ENDED else min(n, last_step(self.suite_dir / t))
         return counts, steps
 
     def __str__(self) -> str:
@@ -95,7 +103,7 @@ class ProgressLine:
         rate = (steps - self._first[1]) / (now - self._first[0]) if self._first and now > self._first[0] else 0.0
         eta = _duration((self.total - steps) / rate) if rate > 0 else "?"
         elapsed = now - self._t0
-        parts = [f"{sum(counts.get(s, 0) for s in FINISHED)}/{len(self.steps_by_trial)} trials done",
+        parts = [f"{sum(counts.get(s, 0) for s in ENDED)}/{len(self.steps_by_trial)} trials done",
                  f"{counts.get('running', 0)} running", f"{counts.get('failed', 0)} failed"]
         if counts.get("diverged"):
             parts.append(f"{counts['diverged']} diverged")
@@ -117,14 +125,14 @@ def suite_status(results_dir: Path) -> str:
     results_dir = Path(results_dir)
     expected = _expected_trials(results_dir)          # trial id -> steps, from suite.yaml (may be empty)
     found = sorted(p.name for p in results_dir.iterdir()
-                   if p.is_dir() and p.name not in NOT_TRIALS and (p / "status.json").exists()) if results_dir.is_dir() else []
+                   if is_trial_dir(p) and (p / "status.json").exists()) if results_dir.is_dir() else []
     if not expected and not found:
         raise ConfigError(f"{results_dir}: no suite results here (expected results/<suite>/suite.yaml or trial directories)")
     ids = list(expected) + [t for t in found if t not in expected]
     rows = [_row(results_dir / t, expected.get(t)) for t in ids]
     rows.sort(key=lambda r: ORDER.index(r["status"]) if r["status"] in ORDER else len(ORDER))
     width = max(len("trial"), *(len(r["trial"]) for r in rows))
-    lines = [f"suite {results_dir.name}: {results_dir}",
+    lines = [f"suite {printable(results_dir.name)}: {printable(results_dir)}",
              f"{'trial':<{width}}  {'status':<9}  {'step':>11}  {'eval/acc':>8}  {'updated':>9}  error"]
     for r in rows:
         acc = f"{r['acc']:.3f}" if r["acc"] is not None else "-"
@@ -144,22 +152,41 @@ def _expected_trials(results_dir: Path) -> dict[str, int]:
         return {}
     from .suite import expand, parse_suite
     try:
-        suite = parse_suite(yaml.safe_load(path.read_text()), str(path))
+        suite = parse_suite(load_yaml_file(path, "suite file"), str(path))
         return {t.trial_id: t.config.train.steps for t in expand(suite)}
-    except (ConfigError, yaml.YAMLError):
+    except ConfigError:
         return {}
 
 
 def _row(trial_dir: Path, steps: int | None) -> dict[str, Any]:
     status = read_status(trial_dir)
     if steps is None and (trial_dir / "config.yaml").exists():
-        steps = ((yaml.safe_load((trial_dir / "config.yaml").read_text()) or {}).get("train") or {}).get("steps")
-    step = max(int(status.get("step") or 0), last_step(trial_dir))
-    error = (status.get("error") or "").replace("\n", " ")
-    return {"trial": trial_dir.name, "status": status.get("status", "pending"),
+        steps = _config_steps(trial_dir / "config.yaml")
+    step = max(_int(status.get("step")), last_step(trial_dir))
+    error = printable(" ".join(str(status.get("error") or "")[:1000].split()))
+    return {"trial": printable(trial_dir.name), "status": status_name(status),
             "step": f"{step}/{steps if steps is not None else '?'}", "acc": last_eval(trial_dir),
             "updated": _age(trial_dir) if status else "-",
             "error": error if len(error) <= 90 else error[:87] + "..."}
+
+
+def _config_steps(path: Path) -> int | None:
+    """train.steps of a trial's config.yaml, or None if the file is unreadable or has none."""
+    try:
+        config = load_yaml_file(path, "trial config")
+    except ConfigError:
+        return None
+    train = config.get("train") if isinstance(config, dict) else None
+    steps = train.get("steps") if isinstance(train, dict) else None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
+def _int(value: Any) -> int:
+    """An int from a status.json field that may be missing, null or junk (0 then)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def _age(trial_dir: Path) -> str:

@@ -19,6 +19,7 @@ import yaml
 from algorithms import uses_eps
 
 from .config import DEFAULT_ESTIMATOR, ConfigError, RunConfig, build_run_config, from_dict, set_dotted, to_dict
+from .yamlio import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
               "share_on_policy")
@@ -80,13 +81,8 @@ def load_suite(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRI
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such suite file; the predefined suites are in suites/")
-    text = path.read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise _fail(str(path), f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    text = read_text_file(path, "suite file")
+    data = load_yaml_text(text, str(path))
     if sets:
         data, text = apply_sets(data, sets, text)
     suite = parse_suite(data, str(path), text)
@@ -108,11 +104,7 @@ def apply_sets(data: Any, sets: list[str], text: str) -> tuple[Any, str]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item[:80]!r}: expected key=value with a dotted key of base, e.g. train.lr=3e-4")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {item[:80]!r}: the value is not valid YAML") from None
-        base = set_dotted(base, key.strip(), value)
+        base = set_dotted(base, key.strip(), load_yaml_text(raw, f"--set {short(item)}"))
     data = {**data, "base": base}
     header = "# effective suite: " + " ".join(f"--set {s}" for s in sets).replace("\n", " ")[:2000] + "\n"
     return data, header + yaml.safe_dump(data, sort_keys=False)
@@ -258,7 +250,7 @@ def select(trials: list[Trial], spec: str) -> Trial:
         key, sep, value = part.partition("=")
         if not sep:
             raise ConfigError(f"--trial: {part!r} is not key=value (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')")
-        want[key.strip()] = yaml.safe_load(value)
+        want[key.strip()] = load_yaml_text(value, f"--trial value {short(part)}")
     matches = [t for t in trials if all(_match(t, k, v) for k, v in want.items())]
     if len(matches) != 1:
         ids = ", ".join(t.trial_id for t in matches[:5]) or "none"

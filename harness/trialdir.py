@@ -25,6 +25,7 @@ import yaml
 
 STATUSES = ("running", "completed", "failed", "diverged")
 FINAL = ("completed", "diverged")          # a trial in a final status is a result and is never rerun
+ENDED = (*FINAL, "failed")                 # statuses in which no process is working on the trial
 NOT_TRIALS = frozenset({"lab", "ray", "tune"})   # directories beside the trials that are not trials
 SUPERSEDED = ".superseded"
 

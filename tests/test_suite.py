@@ -126,7 +126,7 @@ BAD = [
     ("eps-0", suite_dict(grid={"eps": [0]}), "eps: must be > 0"),
     ("steps-0", suite_dict(base={"train": {"steps": 0}}), "train.steps: must be > 0"),
     ("unknown-task", suite_dict(base={"task": {"name": "mnist"}}), "task.name: 'mnist' is not valid"),
-    ("bad-yaml", "suite: x\nbase: {train: [\n", "not valid YAML at line"),
+    ("bad-yaml", "suite: x\nbase: {train: [\n", "not valid YAML: line"),
     ("not-a-mapping", "- just\n- a list\n", "a suite file must be a mapping"),
     ("bad-suite-name", suite_dict(suite="my suite/1"), "suite: 'my suite/1' is not a valid name"),
     ("bad-version", suite_dict(version="one"), "version: expected an integer"),

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -191,6 +197,165 @@ def test_worker_start_failure_is_loud(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(verify_module, "_WORKER_SCRIPT", script)
     with pytest.raises(RuntimeError, match="boom"):
         verify_module._WorkerClient().start()
+
+
+# ---------------------------------------------------------------- worker lifecycle
+
+REPO = Path(__file__).resolve().parents[1]
+EQUAL = (r"\pi/2", r"\frac{\pi}{2}")  # needs math_verify (not decided by the fast path), True
+UNEQUAL = ("x^2", "x^3")  # needs math_verify, False
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited (gone, or a zombie not yet reaped by its new parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_exited(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if _exited(pid):
+            return True
+        time.sleep(0.1)
+    return _exited(pid)
+
+
+def _kill_if_alive(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_killed_idle_worker_is_replaced_and_the_call_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Old code: BrokenPipeError, then "ValueError: write to closed file" on every later call.
+    client = verify_module._WorkerClient()
+    monkeypatch.setattr(verify_module, "_CLIENT", client)
+    try:
+        client.start()
+        dead = client._proc
+        assert dead is not None
+        os.kill(dead.pid, signal.SIGKILL)  # as the OOM killer would, between calls
+        dead.wait()
+        for _ in range(3):
+            assert grade_math(rf"\boxed{{{EQUAL[0]}}}", EQUAL[1], TIMEOUT_S) is True
+        assert client._proc is not None and client._proc is not dead
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+def test_interrupted_call_does_not_hand_its_reply_to_the_next_call() -> None:
+    # Old code: the first call's True stayed in the pipe and became the second call's answer.
+    client = verify_module._WorkerClient()
+    read = client._read_message
+
+    def interrupted_read(deadline: float) -> dict | None:
+        assert client._proc is not None and client._proc.stdout is not None
+        select.select([client._proc.stdout], [], [], 10.0)  # the worker's reply has arrived
+        client._read_message = read  # type: ignore[method-assign]  # interrupt this call only
+        raise KeyboardInterrupt
+
+    try:
+        client.start()
+        client._read_message = interrupted_read  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            client.verify(*EQUAL, timeout_s=TIMEOUT_S)
+        assert client.verify(*UNEQUAL, timeout_s=TIMEOUT_S) is False
+        assert client.verify(*EQUAL, timeout_s=TIMEOUT_S) is True
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+def test_stale_reply_with_another_id_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker that first sends a leftover reply (wrong id, ok) and then the real one (not ok).
+    _fake_worker(
+        tmp_path, monkeypatch,
+        "rid = __import__('json').loads(line).get('id', 0); "
+        "print('{\"id\": -1, \"ok\": true}'); print('{\"id\": %d, \"ok\": false}' % rid, flush=True)",
+    )
+    client = verify_module._WorkerClient()
+    try:
+        assert client.verify("1", "2", timeout_s=5.0) is False  # old code: True, the stale reply
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("timeout_s", [math.nan, math.inf, -math.inf, 0, -1.0, 1e300, True, "1", None])
+def test_bad_timeout_is_refused_in_one_line(timeout_s: object) -> None:
+    # Refused up front, even when the fast path would decide (old code: True here, or a stale reply
+    # left in the pipe when the answer reached the worker).
+    with pytest.raises(ValueError, match=r"^timeout_s must be a number of seconds in \(0, 600\]; got ") as info:
+        grade_math("#### 72", "72", timeout_s)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="timeout_s"):
+        verify_module._WorkerClient().verify(*EQUAL, timeout_s=timeout_s)  # type: ignore[arg-type]
+
+
+_SPINNING_WORKER = """
+import runpy, sys
+import math_verify
+math_verify.verify = lambda *args, **kwargs: sum(range(10**13))  # C loop: deaf to the SIGALRM handler
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+
+_ORPHAN_PARENT = """
+import os, sys, threading, time
+from harness.tasks import verify
+if sys.argv[1] == "busy":
+    verify._WORKER_SCRIPT = sys.argv[2]  # a worker stuck in C code on every request
+    verify.KILL_GRACE_S = 600.0  # the parent dies before it would kill the stuck worker
+verify.start_verifier()
+child = os.fork()  # a forked child (e.g. a data-loader worker) must not keep the worker's pipe open
+if child == 0:
+    time.sleep(120)
+    os._exit(0)
+threading.Thread(target=verify.grade_math, args=(r"\\boxed{\\pi/2}", r"\\frac{\\pi}{2}", 0.2)).start()
+time.sleep(0.5)
+print(verify._CLIENT._proc.pid, child, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("state", ["idle", "busy"])
+def test_orphaned_worker_exits_when_its_parent_dies(state: str, tmp_path: Path) -> None:
+    # idle: the worker sees EOF on stdin (old code did too). busy: stuck in C code, the old worker
+    # spun on after its parent died; now its CPU-time bound ends it.
+    spinner = tmp_path / "spinning_worker.py"
+    spinner.write_text(_SPINNING_WORKER.replace("sys.argv[1]", repr(str(verify_module._WORKER_SCRIPT))))
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN_PARENT, state, str(spinner)], cwd=REPO,
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    worker_pid, child_pid = map(int, parent.stdout.readline().split())  # type: ignore[union-attr]
+    try:
+        assert not _exited(worker_pid)
+        parent.kill()
+        parent.wait()
+        assert _wait_exited(worker_pid, within_s=5.0)
+    finally:
+        _kill_if_alive(child_pid)
+        _kill_if_alive(worker_pid)
+
+
+@pytest.mark.timeout(60)
+def test_worker_ends_itself_after_a_cpu_bound_when_nobody_kills_it() -> None:
+    # The parent normally kills a stuck worker; an orphan must stop by itself. Old code: spins on.
+    worker = subprocess.Popen([sys.executable, "-c", _SPINNING_WORKER, str(verify_module._WORKER_SCRIPT)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert json.loads(worker.stdout.readline()) == {"ready": True}  # type: ignore[union-attr]
+        worker.stdin.write(b'{"id": 1, "pred": "1", "gold": "2", "timeout_s": 0.2}\n')  # type: ignore[union-attr]
+        worker.stdin.flush()  # type: ignore[union-attr]
+        assert worker.wait(timeout=10) == -signal.SIGVTALRM  # after 0.2 + 1.0 CPU seconds
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 # ---------------------------------------------------------------- gold agreement

@@ -2,15 +2,20 @@
 
 Run as a script (``python _math_verify_worker.py``), never imported. Protocol, one JSON object per
 line: the worker first writes ``{"ready": true}`` (or ``{"error": "..."}`` if ``math_verify`` cannot
-be imported), then for each request line ``{"pred": str, "gold": str, "timeout_s": float}`` it writes
-``{"ok": bool}``. It exits when its stdin closes.
+be imported), then for each request line ``{"id": int, "pred": str, "gold": str, "timeout_s": float}``
+it writes ``{"id": int, "ok": bool}`` with the request's id.
+
+Lifetime: it exits when its stdin closes (EOF), which happens when the parent exits or dies (a child
+the parent forks drops its copy of the pipe: ``verify.py`` forgets the worker after a fork).
 
 Safety: both strings are parsed only by math_verify's LaTeX parser (ANTLR, no ``eval``); the
 ``ExprExtractionConfig`` path, which goes through ``sympy.parse_expr`` (an ``eval``), is never used.
 Time is bounded twice: an interval timer interrupts slow pure-Python work at ``timeout_s`` so the
 worker can answer ``False`` and stay alive, and the parent kills the worker outright when C-level work
-(e.g. ``9**9**9``) ignores the timer. An address-space limit turns huge allocations into
-``MemoryError`` instead of swapping the host.
+(e.g. ``9**9**9``) ignores the timer. If the parent cannot (it died), a CPU-time timer with the
+default action of SIGVTALRM (terminate, delivered by the kernel, no Python code needed) ends the
+worker after ``timeout_s + WORKER_CPU_GRACE_S`` CPU seconds on one request. An address-space limit
+turns huge allocations into ``MemoryError`` instead of swapping the host.
 """
 
 import sys
@@ -25,6 +30,7 @@ import resource  # noqa: E402
 import signal  # noqa: E402
 
 MEMORY_LIMIT_BYTES = 2 * 1024**3
+WORKER_CPU_GRACE_S = 1.0  # the parent's wall-clock kill (timeout_s + KILL_GRACE_S) normally comes first
 
 
 class _Interrupted(BaseException):
@@ -57,21 +63,27 @@ def main() -> None:
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # terminate: the hard CPU bound per request
     _reply({"ready": True})
     for line in sys.stdin:
-        ok = False
+        ok, request_id = False, None
         try:
             request = json.loads(line)
-            signal.setitimer(signal.ITIMER_REAL, float(request["timeout_s"]))
+            request_id = request.get("id")
+            timeout_s = float(request["timeout_s"])
+            signal.setitimer(signal.ITIMER_VIRTUAL, timeout_s + WORKER_CPU_GRACE_S)
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
             try:
                 gold = parse_gold(request["gold"])
                 pred = parse_boxed(request["pred"])
                 ok = bool(verify(gold, pred, timeout_seconds=None))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         except (Exception, _Interrupted):  # RecursionError, MemoryError, parse errors: not equal
             ok = False
-        _reply({"ok": ok})
+        _reply({"id": request_id, "ok": ok})
+    # stdin closed (EOF): the parent is gone or done; returning ends the process
 
 
 if __name__ == "__main__":

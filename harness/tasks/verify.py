@@ -16,7 +16,12 @@ Public API: :func:`grade_math`, :func:`extract_answer`, :func:`last_boxed_conten
 3. **math_verify** (``parse`` + ``verify``, LaTeX parser only) in a persistent child process, bounded by
    ``timeout_s``: the child interrupts itself at ``timeout_s`` and is killed at
    ``timeout_s + KILL_GRACE_S`` if it still has not answered (work stuck in C code ignores the
-   interrupt); a killed child is replaced in the background.
+   interrupt); a killed child is replaced in the background. A child found dead (crashed,
+   OOM-killed) is replaced and the request retried once. Requests carry ids, and a call that ends
+   without its reply (timeout, KeyboardInterrupt) kills the child, so a reply never reaches the wrong
+   call. The child exits on its own when its stdin closes (its parent died) and, if stuck in C code
+   with nobody left to kill it, after ``timeout_s + WORKER_CPU_GRACE_S`` CPU seconds on one request
+   (see ``_math_verify_worker.py``).
 
 Nothing here executes completion text: no ``eval``/``exec``/``sympify`` of raw strings, and the child
 uses math_verify's ANTLR LaTeX parser, never its ``sympy.parse_expr`` path. The child is a plain
@@ -29,7 +34,9 @@ serialized, so concurrent callers queue behind each other.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
+import math
 import os
 import re
 import select
@@ -44,6 +51,7 @@ MAX_COMPLETION_CHARS = 4_000
 MAX_ANSWER_CHARS = 1_000
 KILL_GRACE_S = 0.2
 STARTUP_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 600.0  # also keeps poll()/setitimer() arguments in range
 
 _WORKER_SCRIPT = Path(__file__).with_name("_math_verify_worker.py")
 _BOX_OPEN_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -143,14 +151,24 @@ def _braces_balanced(text: str) -> bool:
     return depth == 0
 
 
+class _WorkerDied(Exception):
+    """The worker's pipe is closed or broken (it crashed, was OOM-killed, or answered garbage)."""
+
+
 class _WorkerClient:
-    """Owns the math_verify child process of this process; all methods are thread-safe."""
+    """Owns the math_verify child process of this process; all methods are thread-safe.
+
+    Each request carries an id that the worker echoes; a reply with another id (left over from an
+    abandoned request) is dropped. A call that ends without consuming its reply (interrupted, timed
+    out) kills the worker, so the pipe never holds a reply meant for an earlier call.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._buffer = b""
+        self._last_id = 0
 
     def reset_after_fork(self) -> None:
         """In a forked child: forget the parent's worker (never kill it) and any held lock."""
@@ -163,27 +181,56 @@ class _WorkerClient:
             self._ensure_ready()
 
     def verify(self, pred: str, gold: str, timeout_s: float) -> bool:
-        """math_verify's verdict on ``pred`` against ``gold``; False on timeout or worker death."""
+        """math_verify's verdict on ``pred`` against ``gold``; False on timeout or worker death.
+
+        A worker found dead (broken pipe, EOF before the reply) is replaced and the request retried
+        once; a second death grades False. A timeout grades False without a retry (the input itself
+        is slow). Any exception while waiting (e.g. KeyboardInterrupt) kills the worker, then
+        propagates.
+        """
+        _check_timeout(timeout_s)
         with self._lock:
-            self._ensure_ready()
-            assert self._proc is not None and self._proc.stdin is not None
-            request = {"pred": pred, "gold": gold, "timeout_s": timeout_s}
-            try:
-                self._proc.stdin.write((json.dumps(request) + "\n").encode())
-                self._proc.stdin.flush()
-                reply = self._read_message(timeout_s + KILL_GRACE_S)
-            except OSError:  # worker died between calls (broken pipe)
-                reply = None
-            if reply is None:
-                self._kill()
-                self._spawn()  # warm a replacement while the caller carries on
-                return False
-            return reply.get("ok") is True
+            for attempt in range(2):
+                self._ensure_ready()
+                try:
+                    reply = self._request(pred, gold, timeout_s)
+                except _WorkerDied:
+                    self._kill()
+                    if attempt == 0:
+                        continue  # retry once on a fresh worker
+                    self._spawn()
+                    return False
+                except BaseException:  # the reply would stay in the pipe: never reuse this worker
+                    self._kill()
+                    raise
+                if reply is None:  # timed out: the worker is stuck on this input
+                    self._kill()
+                    self._spawn()  # warm a replacement while the caller carries on
+                    return False
+                return reply.get("ok") is True
+            raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Kill the worker (registered with atexit)."""
         with self._lock:
             self._kill()
+
+    def _request(self, pred: str, gold: str, timeout_s: float) -> dict | None:
+        """Send one request and return its reply, or None on timeout; raises _WorkerDied."""
+        assert self._proc is not None and self._proc.stdin is not None
+        self._last_id += 1
+        request = {"id": self._last_id, "pred": pred, "gold": gold, "timeout_s": timeout_s}
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+        except (OSError, ValueError) as exc:  # BrokenPipeError; ValueError: pipe already closed
+            raise _WorkerDied from exc
+        deadline = time.monotonic() + timeout_s + KILL_GRACE_S
+        while True:
+            reply = self._read_message(deadline)
+            if reply is None or reply.get("id") == self._last_id:
+                return reply
+            # else: a stale reply to an abandoned request; drop it and keep reading
 
     def _spawn(self) -> None:
         self._proc = subprocess.Popen(
@@ -199,39 +246,65 @@ class _WorkerClient:
             self._spawn()
         if self._ready:
             return
-        message = self._read_message(STARTUP_TIMEOUT_S)
+        try:
+            message = self._read_message(time.monotonic() + STARTUP_TIMEOUT_S)
+        except _WorkerDied:
+            message = None
         if message is None or not message.get("ready"):
             self._kill()
             detail = "no reply" if message is None else message.get("error", message)
             raise RuntimeError(f"math_verify worker failed to start ({detail}); is math-verify installed?")
         self._ready = True
 
-    def _read_message(self, timeout_s: float) -> dict | None:
-        """Next JSON line from the worker, or None on timeout or EOF."""
+    def _read_message(self, deadline: float) -> dict | None:
+        """Next JSON object from the worker, or None at ``deadline`` (time.monotonic()).
+
+        Raises _WorkerDied on EOF, a read error or a line that is not a JSON object.
+        """
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         poller = select.poll()  # not select.select: no FD_SETSIZE limit in fd-heavy (Ray) processes
         poller.register(fd, select.POLLIN)
-        deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buffer:
             remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0 or not poller.poll(remaining_s * 1000):
+            if remaining_s <= 0:
                 return None
-            chunk = os.read(fd, 65536)
+            if not poller.poll(math.ceil(remaining_s * 1000)):
+                continue  # re-check the deadline
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as exc:
+                raise _WorkerDied from exc
             if not chunk:
-                return None
+                raise _WorkerDied("EOF")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            raise _WorkerDied("garbled reply") from exc
+        if not isinstance(message, dict):
+            raise _WorkerDied("garbled reply")
+        return message
 
     def _kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            for pipe in (self._proc.stdin, self._proc.stdout):
-                if pipe is not None:
+        """Kill the worker and forget it; never raises for an already dead worker or closed pipe."""
+        proc, self._proc, self._ready, self._buffer = self._proc, None, False, b""
+        if proc is None:
+            return
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # flushing a dead worker's stdin: BrokenPipeError
                     pipe.close()
-        self._proc, self._ready, self._buffer = None, False, b""
+
+
+def _check_timeout(timeout_s: object) -> None:
+    """Refuse a ``timeout_s`` that is not a finite number of seconds in (0, MAX_TIMEOUT_S]."""
+    ok = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+    if not ok or not (0 < timeout_s <= MAX_TIMEOUT_S):  # type: ignore[operator]  # NaN fails too
+        raise ValueError(f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]; got {timeout_s!r:.80}")
 
 
 _CLIENT = _WorkerClient()
@@ -250,14 +323,17 @@ def grade_math(completion: str, gold: str, timeout_s: float = 1.0) -> bool:
 
     Never raises because of the completion: malformed, huge or adversarial input, a timeout, or a
     crashed worker all grade as False, within about ``timeout_s + KILL_GRACE_S`` once the worker is up
-    (calls queue behind concurrent ones in the same process). Raises RuntimeError only if the worker
-    cannot start at all (e.g. math-verify not installed), so a broken setup is never silent.
+    (calls queue behind concurrent ones in the same process; a worker found dead is restarted and the
+    call retried once, which adds its startup). Raises RuntimeError only if the worker cannot start at
+    all (e.g. math-verify not installed), so a broken setup is never silent, and ValueError (one
+    line) if ``timeout_s`` is not a finite number of seconds in (0, ``MAX_TIMEOUT_S``].
 
     Args:
         completion: model output, untrusted.
         gold: reference answer (LaTeX or plain text, trusted), e.g. ``"\\frac{1}{2}"`` or ``"72"``.
         timeout_s: bound on the math_verify stage, in seconds.
     """
+    _check_timeout(timeout_s)
     if not isinstance(completion, str) or not isinstance(gold, str):
         return False
     pred = extract_answer(completion)
