@@ -204,17 +204,18 @@ def expand(suite: Suite) -> list[Trial]:
     trials, seen = [], {}
     for values in itertools.product(*(suite.grid[k] for k in keys)):
         point = dict(zip(keys, values))
+        first_eps = "eps" not in point or point["eps"] == suite.grid["eps"][0]
         algorithm = str(point.get("algorithm", suite.base.get("algorithm", DEFAULT_ESTIMATOR)))
         overrides = suite.overrides.get(algorithm, {})
         ignored = [] if "eps" not in point or uses_eps(algorithm) else ["eps"]
         if ignored:
-            if point["eps"] != suite.grid["eps"][0]:
+            if not first_eps:
                 continue                                       # the same trial as at the first ε
             point.pop("eps")
         stands_for = None
         if (suite.share_on_policy and all(suite.overrides.get(a, {}) == overrides for a in algorithms)
                 and _on_policy(suite, point, overrides)):
-            if "algorithm" in point and algorithm != algorithms[0]:
+            if ("algorithm" in point and algorithm != algorithms[0]) or not first_eps:
                 continue
             stands_for, ignored = algorithms, sorted({*ignored, "eps"} & set(keys))
             point.pop("eps", None)
