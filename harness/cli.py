@@ -72,11 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     _suite_args(tu)
     tu.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
     tu.add_argument("--results", default="results")
-    ev = sub.add_parser("eval", help="evaluate a model on the local benchmark files with lm-eval")
-    ev.add_argument("--model", required=True, help="local model directory")
-    ev.add_argument("--benchmarks", default="gsm8k,math500")
+    ev = sub.add_parser("eval", help="evaluate a model or kept trial policies on the local benchmark files with lm-eval")
+    what = ev.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="local model directory")
+    what.add_argument("--trial", help="a trial's results directory (results/<suite>/<trial_id>): its kept policy")
+    what.add_argument("--suite", help="a suite's results directory: every trial's kept policy")
+    ev.add_argument("--benchmarks", default="gsm8k,math500", help="comma-separated; addrev is the CPU default's task")
     ev.add_argument("--limit", type=int, default=None, help="problems per benchmark (default: all)")
-    ev.add_argument("--out", default="results/eval")
+    ev.add_argument("--out", default="results/eval", help="with --model: results go to OUT/<model dir name>/")
     ev.add_argument("--max-new-tokens", type=int, default=1024)
     ev.add_argument("--mlflow-run-id", default=None, help="also log scores to this MLflow run")
     ch = sub.add_parser("check", help="validate a suite file and list its trials")
@@ -171,10 +174,22 @@ def _cmd_tune(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from .evaluation import run_eval
-    out = run_eval(Path(args.model), [b.strip() for b in args.benchmarks.split(",") if b.strip()], out_dir=Path(args.out),
-                   limit=args.limit, max_new_tokens=args.max_new_tokens, mlflow_run_id=args.mlflow_run_id)
-    print(f"eval results: {out}")
+    from .evaluation import eval_trials, run_eval
+    from .trialdir import is_trial_dir
+
+    benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    if args.model:
+        model = Path(args.model)
+        out = run_eval(model, benchmarks, out_dir=Path(args.out) / model.resolve().name, limit=args.limit,
+                       max_new_tokens=args.max_new_tokens, mlflow_run_id=args.mlflow_run_id)
+        print(f"eval results: {out}")
+        return 0
+    where = Path(args.trial or args.suite)
+    if not where.is_dir():
+        raise ConfigError(f"{where}: not a results directory (give results/<suite>/<trial_id> or results/<suite>)")
+    trials = [where] if args.trial else sorted(p for p in where.iterdir() if is_trial_dir(p))
+    paths = eval_trials(trials, benchmarks, args.limit, args.max_new_tokens)
+    print(f"eval results: {len(paths)} trial(s), in <trial>/benchmarks/results.json")
     return 0
 
 

@@ -99,6 +99,8 @@ class TrainConfig:
     max_new_tokens: int = 8
     checkpoint_every: int = 50             # steps between resumable checkpoints; 0 = never
     threads: int = 1                       # torch CPU threads per trial
+    save: str = "none"                     # keep the policy as a transformers model dir <trial>/policy:
+                                           # final (at the last step) | best (best eval/acc) | none
 
     def validate(self, key: str) -> None:
         for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads"):
@@ -108,6 +110,7 @@ class TrainConfig:
         if self.micro_batch_size is not None:
             _positive(f"{key}.micro_batch_size", self.micro_batch_size)
         _choice(f"{key}.aggregation", self.aggregation, AGGREGATIONS)
+        _choice(f"{key}.save", self.save, ("none", "final", "best"))
         _choice(f"{key}.advantage", self.advantage, ADVANTAGE_MODES)
 
 

@@ -18,7 +18,7 @@ accepts it (``process_results``). ``limit=k`` takes the first k problems in file
 Backend: lm-eval's ``vllm`` model when vLLM is installed and a CUDA GPU is visible, else ``hf``
 (transformers) on CUDA if visible, else CPU in float32.
 
-Outputs, under ``out_dir/<model directory name>/``:
+Outputs, under ``out_dir`` (`stalebench eval --model M`: results/eval/<M's name>/; `--trial T`: T/benchmarks/):
 
 - ``results.json``: ``benchmarks`` (per benchmark: ``acc``, ``acc_stderr``, ``n``), ``config``
   (model, backend, limit, max_new_tokens, data_dir, the per-run task files), ``versions``, and
@@ -57,6 +57,8 @@ VERIFY_TIMEOUT_S = 1.0
 CPU_BATCH_SIZE = 8
 CUDA_BATCH_SIZE = 32
 VLLM_GPU_MEMORY_UTILIZATION = 0.8
+SYNTHETIC = "addrev"                       # the CPU default's task, evaluated like a benchmark
+EVAL_NAMES = (*BENCHMARK_NAMES, SYNTHETIC)
 
 
 # ---------------------------------------------------------------- lm-eval task functions
@@ -80,6 +82,11 @@ def make_process_docs(benchmark: str) -> Callable[[Any], Any]:
         return dataset.map(to_doc, with_indices=True, remove_columns=dataset.column_names, features=features)
 
     return process_docs
+
+
+def process_results_exact(doc: dict, results: list[str]) -> dict[str, float]:
+    """lm-eval ``process_results`` of the synthetic addrev task: the trainer's exact-match reward."""
+    return {"acc": 1.0 if results[0].strip() == doc["answer"] else 0.0}
 
 
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
@@ -115,6 +122,10 @@ def write_run_tasks(benchmarks: list[str], data_dir: Path, max_new_tokens: int, 
     for name in benchmarks:
         template_path = TASKS_DIR / f"{name}.yaml"
         template = load_task_template(template_path)
+        if name == SYNTHETIC:
+            data_dir = include_dir                   # the synthetic task's eval split, written for this run
+            (include_dir / template["dataset_kwargs"]["data_files"]["test"]).write_text("".join(
+                json.dumps({"uid": p.uid, "prompt": p.prompt, "answer": p.answer}) + "\n" for p in _addrev_eval()))
         data_file = (data_dir / template["dataset_kwargs"]["data_files"]["test"]).resolve()
         if not data_file.is_file():
             raise FileNotFoundError(f"benchmark file not found: {data_file} (set STALEBENCH_DATA_DIR to the "
@@ -154,13 +165,45 @@ def _versions(backend: str) -> dict[str, str]:
     return out
 
 
+def _addrev_eval():
+    from .tasks import make_task
+    return make_task(SYNTHETIC, eval_size=500).problems("eval", None, 0)
+
+
+def _prompts(benchmark: str, limit: int | None, data_dir: Path) -> list[str]:
+    if benchmark == SYNTHETIC:
+        return [p.prompt for p in _addrev_eval()[:limit]]
+    from .tasks.benchmarks import BenchmarkTask
+    return [p.prompt for p in BenchmarkTask(benchmark, data_dir=data_dir).problems("eval", limit, 0)]
+
+
+def check_context(model_path: Path, benchmarks: list[str], limit: int | None, max_new_tokens: int,
+                  data_dir: Path) -> None:
+    """Refuse, in one line, a model whose context cannot hold a benchmark's longest prompt plus the
+    generation budget (lm-eval would silently cut the prompt's start, or assert deep inside)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(model_path, local_files_only=True)
+    context = getattr(config, "max_position_embeddings", None)
+    if not context:
+        return
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    for name in benchmarks:
+        longest = max((len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in _prompts(name, limit, data_dir)),
+                      default=0)
+        if longest + max_new_tokens > context:
+            raise ValueError(f"{name}: the model's context is {context} tokens but its longest prompt is {longest} "
+                             f"tokens plus --max-new-tokens {max_new_tokens}; use a model with a longer context "
+                             f"(or a smaller --max-new-tokens / --limit)")
+
+
 def _check_args(model_path: Path, benchmarks: list[str], limit: int | None, max_new_tokens: int) -> list[str]:
     """The benchmarks without duplicates, in the given order; raises ValueError / FileNotFoundError."""
     if not benchmarks:
-        raise ValueError(f"no benchmarks given; valid: {', '.join(BENCHMARK_NAMES)}")
-    unknown = [b for b in benchmarks if b not in BENCHMARK_NAMES]
+        raise ValueError(f"no benchmarks given; valid: {', '.join(EVAL_NAMES)}")
+    unknown = [b for b in benchmarks if b not in EVAL_NAMES]
     if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; valid: {', '.join(BENCHMARK_NAMES)}")
+        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; valid: {', '.join(EVAL_NAMES)}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1 or None (all problems), got {limit}")
     if max_new_tokens < 1:
@@ -181,16 +224,17 @@ def _sample_row(sample: dict) -> dict[str, Any]:
 
 
 def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int | None, max_new_tokens: int,
-             mlflow_run_id: str | None) -> Path:
+             mlflow_run_id: str | None, results_root: Path = Path("results")) -> Path:
     """Evaluate the model at ``model_path`` on ``benchmarks``; returns the path of results.json.
 
     Args:
         model_path: local transformers model directory (with config.json and a tokenizer).
         benchmarks: names from ``BENCHMARK_NAMES`` (gsm8k, math500, aime24, amc23, minerva, olympiadbench).
-        out_dir: results go to ``out_dir/<model_path.name>/``.
+        out_dir: the directory results.json and the samples go to.
         limit: the first ``limit`` problems of each benchmark; None: all.
         max_new_tokens: generation budget per completion.
-        mlflow_run_id: an existing MLflow run (e.g. a suite's) to log ``eval/<benchmark>/acc`` to.
+        mlflow_run_id: an existing MLflow run (e.g. a trial's) to log ``eval/<benchmark>/acc`` to, in the
+            store of MLFLOW_TRACKING_URI or else ``results_root``/mlflow.db.
 
     Raises:
         ValueError: unknown benchmark name, empty list, or a bad limit / max_new_tokens.
@@ -199,6 +243,7 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
     model_path = Path(model_path)
     benchmarks = _check_args(model_path, benchmarks, limit, max_new_tokens)
     data_dir = default_data_dir()
+    check_context(model_path, benchmarks, limit, max_new_tokens, data_dir)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     import lm_eval
@@ -212,7 +257,7 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
         res = lm_eval.simple_evaluate(model=backend, model_args=model_args, tasks=[TASK_PREFIX + b for b in benchmarks],
                                       task_manager=task_manager, batch_size=batch_size, limit=limit, log_samples=True)
 
-    out = Path(out_dir) / model_path.resolve().name
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     scores = {}
     for name in benchmarks:
@@ -237,6 +282,31 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
     if mlflow_run_id:
         from .tracking import default_tracking_uri, log_metrics_to_run
 
-        log_metrics_to_run(default_tracking_uri(Path("results")), mlflow_run_id,
+        log_metrics_to_run(default_tracking_uri(Path(results_root)), mlflow_run_id,
                            {f"eval/{name}/acc": score["acc"] for name, score in scores.items()})
     return results_path
+
+
+def eval_trials(trial_dirs: list[Path], benchmarks: list[str], limit: int | None, max_new_tokens: int,
+                say: Callable[[str], None] = print) -> list[Path]:
+    """`stalebench eval --trial/--suite`: evaluate each trial's kept policy (train.save) into
+    <trial>/benchmarks/ and log the scores to the trial's MLflow run. Returns the results.json paths."""
+    from . import trialdir
+    from .tracking import default_tracking_uri, find_trial_run
+
+    kept = [(d, trialdir.read_status(d).get("policy")) for d in trial_dirs]
+    missing = [d.name for d, policy in kept if not policy]
+    if missing and len(trial_dirs) == 1:
+        raise ValueError(f"trial {missing[0]} kept no policy (set train.save: final or best, and rerun it)")
+    paths = []
+    for trial_dir, policy in kept:
+        if not policy:
+            say(f"skipped {trial_dir.name}: no kept policy")
+            continue
+        results_root = trial_dir.parent.parent
+        run_id = find_trial_run(default_tracking_uri(results_root), trial_dir.parent.name, trial_dir.name)
+        paths.append(run_eval(trial_dir / policy["path"], benchmarks, trial_dir / "benchmarks", limit, max_new_tokens,
+                              run_id, results_root=results_root))
+        say(f"{trial_dir.name} ({policy['kind']} policy, step {policy['step']}): " + ", ".join(
+            f"{b} {v['acc']:.3f}" for b, v in json.loads(paths[-1].read_text())["benchmarks"].items()))
+    return paths

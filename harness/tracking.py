@@ -133,6 +133,17 @@ def _live_run(client, experiment_id: str, trial_id: str):
     return found[0] if found else None
 
 
+def find_trial_run(tracking_uri: str, experiment_name: str, trial_id: str) -> str | None:
+    """The run id of a trial's live MLflow run (experiment = suite name), or None if it has none."""
+    from mlflow.tracking import MlflowClient
+
+    _quiet_mlflow()
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    run = _live_run(client, experiment.experiment_id, trial_id) if experiment is not None else None
+    return run.info.run_id if run is not None else None
+
+
 def supersede_run(tracking_uri: str, experiment_id: str, trial_id: str) -> None:
     """Mark a trial's MLflow run as superseded by a rerun after a config change (never deleted): it keeps
     its data, loses the trial_id tag that resume looks up, and says which trial it was."""

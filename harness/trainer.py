@@ -6,8 +6,10 @@ docs/metrics.md) go to the trial's RunLog, one row per consumed batch.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -103,6 +105,7 @@ class Trainer:
                                   gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed)
         self.version = 0          # optimizer updates applied so far
         self.batches_done = 0
+        self.kept: dict[str, Any] | None = None   # the kept policy (train.save): its step and eval/acc
         self.source: DelayBuffer | AsyncProducer = DelayBuffer(cfg.delay, tc.updates_per_batch, tc.steps, self.make_batch)
 
     def start_async(self) -> None:
@@ -215,7 +218,7 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------
     def save(self, path: Path, identity: dict[str, str]) -> None:
         self.backend.save(path, {"source": self.source.state_dict(), "version": self.version,
-                                 "batches_done": self.batches_done, "identity": identity})
+                                 "batches_done": self.batches_done, "identity": identity, "kept": self.kept})
 
     def load(self, path: Path, identity: dict[str, str]) -> None:
         """Resume from `path`, refusing a checkpoint of another trial or of another config."""
@@ -227,7 +230,22 @@ class Trainer:
                                 f"with config {identity['config_sha256'][:12]}; delete it to restart the trial, or "
                                 f"rerun with --rerun-changed/--force")
         self.source.load_state_dict(state["source"])
-        self.version, self.batches_done = state["version"], state["batches_done"]
+        self.version, self.batches_done, self.kept = state["version"], state["batches_done"], state.get("kept")
+
+    def keep(self, policy_dir: Path, step: int, eval_row: dict[str, float]) -> None:
+        """Save the policy (train.save) as a loadable transformers model directory, atomically."""
+        save = self.cfg.train.save
+        acc = eval_row.get("eval/acc", float("nan"))
+        if save == "none" or (save == "final" and step < self.cfg.train.steps) or (
+                save == "best" and self.kept is not None and not acc > self.kept["eval_acc"]):
+            return
+        tmp = policy_dir.with_name(policy_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.backend.module.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        shutil.rmtree(policy_dir, ignore_errors=True)
+        os.replace(tmp, policy_dir)
+        self.kept = {"path": policy_dir.name, "kind": save, "step": step, "eval_acc": acc}
 
 
 def policy_metrics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
@@ -266,7 +284,9 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
         trainer.load(ckpt, identity)
     start(trainer.batches_done, trainer.base, trainer.eval_set_sha256)
     if trainer.batches_done == 0:
-        log.eval(0, trainer.evaluate())
+        row = trainer.evaluate()
+        log.eval(0, row)
+        trainer.keep(log.dir / "policy", 0, row)
     if cfg.async_ is not None:
         trainer.start_async()
     try:
@@ -275,7 +295,7 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
         trainer.source.close()
     if outcome.status == "completed":
         trainer.backend.remove_checkpoint(ckpt)
-    return outcome
+    return replace(outcome, extra={"policy": trainer.kept}) if trainer.kept else outcome
 
 
 def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], progress: bool) -> Outcome:
@@ -304,7 +324,9 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
         trainer.batches_done = s + 1
         log.metrics(s + 1, row)
         if (s + 1) % cfg.eval.every_steps == 0 or s + 1 == steps:
-            log.eval(s + 1, trainer.evaluate())
+            evaluation = trainer.evaluate()
+            log.eval(s + 1, evaluation)
+            trainer.keep(log.dir / "policy", s + 1, evaluation)
         if cfg.train.checkpoint_every and (s + 1) % cfg.train.checkpoint_every == 0 and s + 1 < steps:
             trainer.save(ckpt, identity)
         if bar is not None:

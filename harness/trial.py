@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import provenance, trialdir
-from .config import ConfigError, flatten, to_dict
+from .config import ConfigError, RunConfig, flatten, to_dict
 from .suite import Trial
 from .tracking import RunLog
 
@@ -40,11 +40,12 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
     supersedes exactly the changed trials; "force" supersedes every trial that has results.
     """
     changed: list[tuple[Trial, list[str]]] = []
+    defaults = to_dict(RunConfig())
     for t in trials:
         old = trialdir.read_config(Path(suite_dir) / t.trial_id)
         if old is None:
             continue
-        diff = trialdir.config_changes(old, to_dict(t.config))
+        diff = trialdir.config_changes(old, to_dict(t.config), defaults)
         if diff or on_change == "force":
             changed.append((t, diff))
     if on_change == "error" and changed:

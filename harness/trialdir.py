@@ -80,16 +80,33 @@ def read_config(trial_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two resolved configs, with old -> new, in key order."""
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None,
+                   prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two resolved configs, as "key old -> new", in key order.
+
+    A key the old config lacks is no change when the new value is that setting's default (`defaults`,
+    the resolved default config): a setting added to stalebench later, left at a default that keeps
+    the old behaviour, does not turn finished trials into changed ones."""
     out = []
+    defaults = defaults or {}
     for key in sorted(set(old) | set(new), key=str):
-        a, b, name = old.get(key, "<absent>"), new.get(key, "<absent>"), f"{prefix}{key}"
+        a, b, name = old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}"
+        default = defaults.get(key, _ABSENT) if isinstance(defaults, Mapping) else _ABSENT
         if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out += config_changes(a, b, name + ".")
+            out += config_changes(a, b, default if isinstance(default, Mapping) else {}, name + ".")
+        elif a is _ABSENT and b == default:
+            continue
         elif a != b:
             out.append(f"{name} {_short(a)} -> {_short(b)}")
     return out
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT = _Absent()
 
 
 def _short(value: Any, limit: int = 40) -> str:

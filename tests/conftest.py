@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "benchmarks"
 
 
-def build_random_tiny_model(out: Path, seed: int = 0) -> Path:
+def build_random_tiny_model(out: Path, seed: int = 0, context: int = 64) -> Path:
     """A randomly initialized Qwen3-architecture model with the addrev tokenizer, saved to `out`."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -23,7 +23,7 @@ def build_random_tiny_model(out: Path, seed: int = 0) -> Path:
     tok = char_tokenizer(ADDREV_VOCAB)
     torch.manual_seed(seed)
     config = Qwen3Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, head_dim=16, intermediate_size=64, max_position_embeddings=64,
+                         num_key_value_heads=2, head_dim=16, intermediate_size=64, max_position_embeddings=context,
                          tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=1)
     Qwen3ForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
@@ -33,6 +33,12 @@ def build_random_tiny_model(out: Path, seed: int = 0) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     return build_random_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def long_context_model_dir(tmp_path_factory) -> Path:
+    """The tiny random model with a 2048-token context: room for the benchmarks' prompts in lm-eval."""
+    return build_random_tiny_model(tmp_path_factory.mktemp("long-context-model"), context=2048)
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def _docs(benchmark: str, n: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def eval_run(tiny_model_dir, tmp_path_factory):
+def eval_run(long_context_model_dir, tmp_path_factory):
     """run_eval on gsm8k + math500, 2 problems each, logging to a fresh SQLite MLflow store."""
     from harness.tracking import open_suite_run
 
@@ -52,16 +52,16 @@ def eval_run(tiny_model_dir, tmp_path_factory):
     _, run_id = open_suite_run(uri, "eval-test", "suite-run", tags={})
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
-        results_path = run_eval(tiny_model_dir, ["gsm8k", "math500"], out_dir=tmp / "out", limit=2, max_new_tokens=8,
+        results_path = run_eval(long_context_model_dir, ["gsm8k", "math500"], out_dir=tmp / "out", limit=2, max_new_tokens=8,
                                 mlflow_run_id=run_id)
-    return {"results_path": results_path, "uri": uri, "run_id": run_id, "model_dir": tiny_model_dir}
+    return {"results_path": results_path, "uri": uri, "run_id": run_id, "model_dir": long_context_model_dir}
 
 
 @needs_data
 def test_run_eval_writes_scores_config_and_versions(eval_run):
     path = eval_run["results_path"]
     assert path.name == "results.json"
-    assert path.parent.name == eval_run["model_dir"].name                 # out_dir/<model-name>/results.json
+    assert path.parent.name == "out"                                      # out_dir/results.json
     results = json.loads(path.read_text())
     assert set(results["benchmarks"]) == {"gsm8k", "math500"}
     for score in results["benchmarks"].values():
@@ -107,8 +107,8 @@ def test_run_eval_logs_acc_to_the_given_mlflow_run(eval_run):
 
 
 @needs_data
-def test_run_eval_on_every_benchmark(tiny_model_dir, tmp_path):
-    results_path = run_eval(tiny_model_dir, list(BENCHMARK_NAMES), tmp_path, limit=1, max_new_tokens=4,
+def test_run_eval_on_every_benchmark(long_context_model_dir, tmp_path):
+    results_path = run_eval(long_context_model_dir, list(BENCHMARK_NAMES), tmp_path, limit=1, max_new_tokens=4,
                             mlflow_run_id=None)
     results = json.loads(results_path.read_text())
     assert set(results["benchmarks"]) == set(BENCHMARK_NAMES)
@@ -170,14 +170,14 @@ def test_run_task_files_point_at_the_configured_data_dir(tmp_path):
 # ---------------------------------------------------------------- bad input
 
 
-def test_unknown_benchmark_is_a_value_error_listing_the_valid_names(tiny_model_dir, tmp_path):
+def test_unknown_benchmark_is_a_value_error_listing_the_valid_names(long_context_model_dir, tmp_path):
     with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'") as info:
-        run_eval(tiny_model_dir, ["gsm8k", "gsm9k"], tmp_path, limit=1, max_new_tokens=4, mlflow_run_id=None)
+        run_eval(long_context_model_dir, ["gsm8k", "gsm9k"], tmp_path, limit=1, max_new_tokens=4, mlflow_run_id=None)
     assert all(name in str(info.value) for name in BENCHMARK_NAMES)
     with pytest.raises(ValueError, match="no benchmarks"):
-        run_eval(tiny_model_dir, [], tmp_path, limit=1, max_new_tokens=4, mlflow_run_id=None)
+        run_eval(long_context_model_dir, [], tmp_path, limit=1, max_new_tokens=4, mlflow_run_id=None)
     with pytest.raises(ValueError, match="limit"):
-        run_eval(tiny_model_dir, ["gsm8k"], tmp_path, limit=0, max_new_tokens=4, mlflow_run_id=None)
+        run_eval(long_context_model_dir, ["gsm8k"], tmp_path, limit=0, max_new_tokens=4, mlflow_run_id=None)
 
 
 def test_missing_model_dir_is_a_file_not_found_error(tmp_path):
@@ -185,12 +185,52 @@ def test_missing_model_dir_is_a_file_not_found_error(tmp_path):
         run_eval(tmp_path / "nope", ["gsm8k"], tmp_path, limit=1, max_new_tokens=4, mlflow_run_id=None)
 
 
-def test_cli_turns_bad_input_into_one_line_errors(tiny_model_dir, tmp_path, capsys):
+def test_cli_turns_bad_input_into_one_line_errors(long_context_model_dir, tmp_path, capsys):
     from harness.cli import main
 
-    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k,nope", "--out", str(tmp_path)]) == 2
+    assert main(["eval", "--model", str(long_context_model_dir), "--benchmarks", "gsm8k,nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("stalebench: unknown benchmark 'nope'; valid: gsm8k") and err.count("\n") == 1
     assert main(["eval", "--model", str(tmp_path / "missing"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("stalebench: no model at") and err.count("\n") == 1
+
+
+@needs_data
+def test_a_model_whose_context_is_too_short_is_refused_in_one_line(tiny_model_dir, tmp_path, capsys):
+    """64-token context: GSM8K's prompts do not fit; lm-eval would cut their start silently."""
+    from harness.cli import main
+
+    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--limit", "3",
+                 "--max-new-tokens", "8", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gsm8k: the model's context is 64 tokens but its longest prompt is" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_kept_policy_is_evaluated_and_logged_to_its_trial_run(tiny_base, tmp_path, monkeypatch):
+    """train.save: final keeps a loadable model dir; `eval --trial` runs lm-eval on it (the synthetic task,
+    which fits the tiny model's context) and logs the score to the trial's MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.cli import main
+    from harness.config import build_run_config
+    from harness.suite import Trial
+    from harness.tracking import default_tracking_uri, open_suite_run
+    from harness.trial import MlflowTarget, run_trial
+
+    results = tmp_path / "results"
+    uri = default_tracking_uri(results)
+    experiment, parent = open_suite_run(uri, "keep", "suite-1", {})
+    cfg = build_run_config(tiny_base, {"train.save": "final"})
+    status = run_trial(Trial("t0", {"seed": 0}, cfg), results / "keep", MlflowTarget(uri, experiment, parent))
+    assert status["policy"] == {"path": "policy", "kind": "final", "step": 6, "eval_acc": status["policy"]["eval_acc"]}
+    assert (results / "keep" / "t0" / "policy" / "model.safetensors").is_file()
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--trial", str(results / "keep" / "t0"), "--benchmarks", "addrev", "--limit", "4",
+                 "--max-new-tokens", "6"]) == 0
+    scores = json.loads((results / "keep" / "t0" / "benchmarks" / "results.json").read_text())["benchmarks"]
+    assert scores["addrev"]["n"] == 4
+    client = MlflowClient(uri)
+    run = client.search_runs([experiment], "tags.trial_id = 't0'")[0]
+    assert run.data.metrics["eval/addrev/acc"] == scores["addrev"]["acc"]

@@ -2,10 +2,10 @@
 
 They live in :mod:`harness.evaluation`; this file only names one ``process_docs`` per benchmark.
 """
-from harness.evaluation import make_process_docs, process_results
+from harness.evaluation import make_process_docs, process_results, process_results_exact
 
 __all__ = ["process_docs_aime24", "process_docs_amc23", "process_docs_gsm8k", "process_docs_math500",
-           "process_docs_minerva", "process_docs_olympiadbench", "process_results"]
+           "process_docs_minerva", "process_docs_olympiadbench", "process_results", "process_results_exact"]
 
 process_docs_gsm8k = make_process_docs("gsm8k")
 process_docs_math500 = make_process_docs("math500")
