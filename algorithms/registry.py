@@ -54,12 +54,43 @@ def register(name: str, prepare: PrepareFn | None = None, uses_eps: bool = True)
     return deco
 
 
+PLUGIN_GROUP = "stalebench.estimators"     # entry points: name = "package.module" (imported to register)
+PLUGIN_ENV = "STALEBENCH_PLUGINS"           # comma-separated modules to import (set by `--plugin`)
+
+
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Import estimator plugins (once, on the first registry lookup): every entry point of the group `stalebench.estimators` and every module
+    named in $STALEBENCH_PLUGINS. Importing a plugin module runs its `@register` decorators. Ray workers
+    inherit the variable, so a suite runs plugin estimators exactly like built-in ones."""
+    import importlib
+    import importlib.metadata
+    import os
+
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    targets = [(ep.name, ep.load) for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)]
+    targets += [(m, lambda m=m: importlib.import_module(m)) for m in filter(None, os.environ.get(PLUGIN_ENV, "").split(","))]
+    for name, load in targets:
+        try:
+            load()
+        except Exception as exc:  # noqa: BLE001 — a broken plugin is one line naming it, not a traceback
+            raise ValueError(f"estimator plugin {name!r} failed to load: {type(exc).__name__}: {exc}"
+                             .splitlines()[0]) from None
+
+
 def loss_names() -> list[str]:
-    """Sorted names of every registered estimator."""
+    """Sorted names of every registered estimator (plugins included)."""
+    load_plugins()
     return sorted(_REGISTRY)
 
 
 def get_estimator(name: str) -> Estimator:
+    load_plugins()
     try:
         return _REGISTRY[name]
     except KeyError:

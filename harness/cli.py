@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
     p.add_argument("--version", action="version", version=f"stalebench {version('stalebench')}")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE to register its estimators (also: entry points 'stalebench.estimators')")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every trial of a suite on Ray Tune")
     _suite_args(run)
@@ -222,6 +224,8 @@ COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status":
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.plugin:                              # Ray workers inherit it and import the same modules
+        os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))
     try:
         return COMMANDS[args.command](args)
     except (ConfigError, ValueError, FileNotFoundError) as exc:

@@ -50,7 +50,6 @@ def test_loss_is_finite_and_metrics_are_named_floats(name, aggregation):
     assert math.isfinite(float(out.loss.detach()))
     out.loss.backward()
     assert torch.isfinite(inp.logp.grad).all()
-    assert out.metrics, f"{name} reports no metrics"
     for key, value in out.metrics.items():
         assert re.fullmatch(r"[a-z0-9_]+/[a-z0-9_]+", key), key
         assert type(value) is float, (key, type(value))
@@ -197,3 +196,27 @@ def test_cuda_matches_cpu(name):
     torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(dev.logp.grad.cpu(), cpu.logp.grad, rtol=1e-9, atol=1e-12)
     assert out_dev.metrics.keys() == out_cpu.metrics.keys()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_public_contract_helper_passes_for_every_estimator(name):
+    from algorithms.testing import check_estimator
+    check_estimator(name)
+
+
+def test_the_public_contract_helper_catches_a_broken_estimator():
+    """A plugin author's safety net must be able to fail: an estimator whose on-policy gradient is twice
+    the policy gradient is caught, with a message naming the estimator and the rule."""
+    from algorithms import register
+    from algorithms.registry import _REGISTRY
+    from algorithms.testing import check_estimator
+
+    @register("_test_doubled")
+    def doubled(inp, ctx, *, eps):
+        return -inp.advantages[:, None] * torch.exp(inp.logp - inp.logp_behavior.detach()) * 2, {}
+
+    try:
+        with pytest.raises(AssertionError, match="_test_doubled: on-policy"):
+            check_estimator("_test_doubled")
+    finally:
+        del _REGISTRY["_test_doubled"]

@@ -1,0 +1,1 @@
+"""An example stalebench estimator plugin (see stalebench's docs/plugins.md)."""
