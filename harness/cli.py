@@ -23,10 +23,15 @@ from pathlib import Path
 from .config import ConfigError
 
 
+SUITE_HELP = "a suite file, a suite name under suites/ (quickstart), or a results directory (results/quickstart)"
+
+
 def _suite_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("suite", help="suite file, e.g. suites/quickstart.yaml")
+    p.add_argument("suite", help=SUITE_HELP)
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of the suite's base (dotted key, YAML value); repeatable")
+    p.add_argument("--overrides", default=None, metavar="FILE",
+                   help="per-estimator overrides to apply, e.g. results/tune-lr/tuned-overrides.yaml")
     p.add_argument("--max-trials", type=int, default=None, help="refuse grids larger than this (default 20000)")
 
 
@@ -38,9 +43,33 @@ def _identity_args(p: argparse.ArgumentParser) -> None:
                    help="rerun every trial (old results kept under .superseded/)")
 
 
+def suite_file(arg: str) -> Path:
+    """The suite file meant by SUITE: a file, suites/<name>.yaml, or <results dir>/suite.yaml (the
+    effective suite of the last run there)."""
+    path = Path(arg)
+    candidates = [path, Path("suites") / f"{arg}.yaml", path / "suite.yaml", Path("results") / arg / "suite.yaml"]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConfigError(f"{arg}: no such suite ({SUITE_HELP})")
+    return found
+
+
+def results_dir(arg: str, results_root: Path) -> Path:
+    """The results directory meant by SUITE: a directory, results/<name>, or that of a suite file's name."""
+    path = Path(arg)
+    if path.is_dir():
+        return path
+    if (results_root / arg).is_dir():
+        return results_root / arg
+    if path.is_file() or (Path("suites") / f"{arg}.yaml").is_file():
+        from .suite import load_suite
+        return results_root / load_suite(suite_file(arg)).name
+    raise ConfigError(f"{arg}: no suite results found ({SUITE_HELP})")
+
+
 def _load(args):
     from .suite import MAX_TRIALS, load_suite
-    return load_suite(args.suite, args.sets, args.max_trials or MAX_TRIALS)
+    return load_suite(suite_file(args.suite), args.sets, args.max_trials or MAX_TRIALS, args.overrides)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,11 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster address (default: local Ray)")
     run.add_argument("--results", default="results", help="results root (default: results/)")
     run.add_argument("--report", action="store_true", help="write the suite's report when the run ends")
+    run.add_argument("--only", action="append", default=[], metavar="KEY=VALUE,...",
+                     help="run only the trials matching, e.g. 'algorithm=grpo,delay=32' (repeatable: any matches)")
+    run.add_argument("--dry-run", action="store_true", help="list the trials and estimate the cost; run nothing")
     st = sub.add_parser("status", help="summarize a suite's trials")
-    st.add_argument("suite", help="suite name, results directory or suite file")
+    st.add_argument("suite", help=SUITE_HELP)
     st.add_argument("--results", default="results")
     rep = sub.add_parser("report", help="write the HTML report of a suite's results")
-    rep.add_argument("results_dir", help="results/<suite>")
+    rep.add_argument("suite", help=SUITE_HELP)
+    rep.add_argument("--results", default="results")
     rep.add_argument("--out", default=None, help="output directory (default: reports/<suite>)")
     site = sub.add_parser("site", help="build reports/index.html from every suite's report")
     site.add_argument("--reports", default="reports")
@@ -98,8 +131,12 @@ def _cmd_run(args) -> int:
     from .tune_runner import run_suite
 
     suite = _load(args)
+    if args.dry_run:
+        from .plan import dry_run
+        print(dry_run(suite, args.only, Path(args.results)))
+        return 0
     counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
-                       on_change=args.on_change)
+                       on_change=args.on_change, only=args.only)
     out = Path(args.results) / suite.name
     print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     if args.report:
@@ -124,7 +161,11 @@ def _cmd_train(args) -> int:
         print(f"stalebench: trial {trial.trial_id} failed: {exc} (traceback in {suite_dir / trial.trial_id / 'error.log'})",
               file=sys.stderr)
         return 1
-    print(f"trial {trial.trial_id}: {status.get('status')} at step {status.get('step')}; results in {suite_dir / trial.trial_id}")
+    from .status import last_eval
+    first, last = last_eval(suite_dir / trial.trial_id, first=True), last_eval(suite_dir / trial.trial_id)
+    acc = f"; eval/acc {first:.3f} -> {last:.3f}" if first is not None and last is not None else ""
+    print(f"trial {trial.trial_id}: {status.get('status')} at step {status.get('step')}; results in "
+          f"{suite_dir / trial.trial_id}{acc}")
     return 0
 
 
@@ -141,25 +182,13 @@ def _cmd_check(args) -> int:
 
 def _cmd_status(args) -> int:
     from .status import suite_status
-    print(suite_status(_resolve_results(args.suite, Path(args.results))))
+    print(suite_status(results_dir(args.suite, Path(args.results))))
     return 0
-
-
-def _resolve_results(name: str, results_root: Path) -> Path:
-    path = Path(name)
-    if path.is_file():
-        from .suite import load_suite
-        return results_root / load_suite(path).name
-    if path.is_dir():
-        return path
-    if (results_root / name).is_dir():
-        return results_root / name
-    raise ConfigError(f"{name}: no suite results found (give a suite name, results/<suite>, or a suite file)")
 
 
 def _cmd_report(args) -> int:
     from .report import build_report
-    print(f"report: {build_report(Path(args.results_dir), None if args.out is None else Path(args.out))}")
+    print(f"report: {build_report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out))}")
     return 0
 
 

@@ -42,6 +42,9 @@ def char_tokenizer(chars: list[str]) -> PreTrainedTokenizerFast:
 
 def load_model(path: str | Path, dtype: str = "float32") -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
     """A transformers causal LM and its tokenizer from a local directory (never downloads)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()           # "Loading weights" bars would flood trial and CLI output
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"no model at {path} (expected a transformers model directory with config.json); "

@@ -57,11 +57,11 @@ def last_step(trial_dir: Path) -> int:
     return 0
 
 
-def last_eval(trial_dir: Path, metric: str = "eval/acc") -> float | None:
-    """`metric` in the last row of eval.jsonl that has it."""
+def last_eval(trial_dir: Path, metric: str = "eval/acc", first: bool = False) -> float | None:
+    """`metric` in the last (or `first`) row of eval.jsonl that has it."""
     rows = [r for r in read_jsonl(Path(trial_dir) / "eval.jsonl") if isinstance(r, dict) and metric in r]
     try:
-        return float(rows[-1][metric]) if rows else None
+        return float(rows[0 if first else -1][metric]) if rows else None
     except (TypeError, ValueError):
         return None
 

@@ -75,14 +75,18 @@ def _fail(path: str, msg: str) -> ConfigError:
     return ConfigError(f"{path}: {msg}")
 
 
-def load_suite(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS) -> Suite:
-    """Read and validate a suite file, with `--set key=value` overrides of its `base` applied; every
-    problem is a one-line ConfigError naming the key."""
+def load_suite(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS,
+               overrides_file: str | Path | None = None) -> Suite:
+    """Read and validate a suite file, with `--set key=value` overrides of its `base` and the
+    per-estimator `overrides:` of `overrides_file` (e.g. tuned-overrides.yaml) applied; every problem is a
+    one-line ConfigError naming the key."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such suite file; the predefined suites are in suites/")
     text = read_text_file(path, "suite file")
     data = load_yaml_text(text, str(path))
+    if overrides_file is not None:
+        data, text = apply_overrides_file(data, Path(overrides_file), text)
     if sets:
         data, text = apply_sets(data, sets, text)
     suite = parse_suite(data, str(path), text)
@@ -108,6 +112,22 @@ def apply_sets(data: Any, sets: list[str], text: str) -> tuple[Any, str]:
     data = {**data, "base": base}
     header = "# effective suite: " + " ".join(f"--set {s}" for s in sets).replace("\n", " ")[:2000] + "\n"
     return data, header + yaml.safe_dump(data, sort_keys=False)
+
+
+def apply_overrides_file(data: Any, path: Path, text: str) -> tuple[Any, str]:
+    """The suite with the `overrides:` mapping of `path` merged into its own (the file's values win)."""
+    extra = load_yaml_text(read_text_file(path, "overrides file"), str(path))
+    if not isinstance(extra, Mapping) or not isinstance(extra.get("overrides"), Mapping) or not all(
+            isinstance(v, Mapping) for v in extra["overrides"].values()):
+        raise ConfigError(f"{path}: expected a mapping `overrides: {{estimator: {{dotted.key: value}}}}` "
+                          f"(as `stalebench tune` writes it)")
+    if not isinstance(data, Mapping):
+        raise ConfigError("--overrides: the suite is not a mapping")
+    merged = {k: dict(v) for k, v in (data.get("overrides") or {}).items()}
+    for algorithm, values in extra["overrides"].items():
+        merged[algorithm] = {**merged.get(algorithm, {}), **values}
+    data = {**data, "overrides": merged}
+    return data, f"# effective suite: --overrides {short(str(path))}\n" + yaml.safe_dump(data, sort_keys=False)
 
 
 def trial_count(suite: Suite) -> int:
@@ -244,15 +264,30 @@ def _on_policy(suite: Suite, point: Mapping[str, Any], overrides: Mapping[str, A
     return cfg.delay == 0 and cfg.train.updates_per_batch == 1 and cfg.async_ is None and cfg.lab is None
 
 
-def select(trials: list[Trial], spec: str) -> Trial:
-    """The trial matching 'key=value,...' (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')."""
+def matching(trials: list[Trial], spec: str, flag: str = "--trial") -> list[Trial]:
+    """The trials matching 'key=value,...' (keys: grid keys, dotted config keys, `id`)."""
     want = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         key, sep, value = part.partition("=")
         if not sep:
-            raise ConfigError(f"--trial: {part!r} is not key=value (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')")
-        want[key.strip()] = load_yaml_text(value, f"--trial value {short(part)}")
-    matches = [t for t in trials if all(_match(t, k, v) for k, v in want.items())]
+            raise ConfigError(f"{flag}: {short(part)} is not key=value (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')")
+        want[key.strip()] = load_yaml_text(value, f"{flag} value {short(part)}")
+    return [t for t in trials if all(_match(t, k, v) for k, v in want.items())]
+
+
+def select_trials(trials: list[Trial], only: list[str]) -> list[Trial]:
+    """The trials matching any of the `--only` specs (all trials when none is given)."""
+    if not only:
+        return trials
+    chosen = {t.trial_id for spec in only for t in matching(trials, spec, "--only")}
+    if not chosen:
+        raise ConfigError(f"--only {short(' '.join(only))}: matches no trial of the suite")
+    return [t for t in trials if t.trial_id in chosen]
+
+
+def select(trials: list[Trial], spec: str) -> Trial:
+    """The trial matching 'key=value,...' (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')."""
+    matches = matching(trials, spec)
     if len(matches) != 1:
         ids = ", ".join(t.trial_id for t in matches[:5]) or "none"
         raise ConfigError(f"--trial {spec!r} matches {len(matches)} trials ({ids}); add keys until exactly one matches")

@@ -39,7 +39,7 @@ from ray import tune
 
 from .config import DEFAULT_ESTIMATOR, ConfigError, build_run_config, from_dict
 from .status import ProgressLine, count_statuses, last_eval, read_status
-from .suite import Suite, Trial, expand
+from .suite import Suite, Trial, expand, select_trials
 from .tracking import RunLog, close_suite_run, default_tracking_uri, open_suite_run, supersede_run
 from .trialdir import read_jsonl
 from .trial import MlflowTarget, TrialFailed, check_identity, run_trial
@@ -54,14 +54,14 @@ Say = Callable[[str], None]
 # ----------------------------------------------------------------------------------------------
 
 def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: str | None = None,
-              progress: bool = True, on_change: str = "error") -> dict[str, int]:
+              progress: bool = True, on_change: str = "error", only: list[str] = ()) -> dict[str, int]:
     """Run every trial of `suite` not yet completed or diverged; returns {status: number of trials}.
 
     Existing results whose resolved config differs from the suite's are never taken as finished
     (trial.check_identity; `on_change` says what to do). Raises KeyboardInterrupt when interrupted
     (Ctrl+C) after Tune stopped the trials; running the same suite again resumes them."""
     suite_dir = (Path(results_root) / suite.name).resolve()
-    trials = expand(suite)
+    trials = select_trials(expand(suite), only)
     ids = [t.trial_id for t in trials]
     say = _printer(progress)
     _verify_bases(trials)                              # before anything is written
