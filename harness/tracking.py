@@ -79,6 +79,8 @@ class RunLog:
             if status != "running":
                 # The mirror first: a rerun skips a trial whose status.json says it finished, so a kill
                 # between the two must leave the trial unfinished, not its last rows unmirrored.
+                if status in trialdir.FINAL:
+                    self._pending.append((step, self.summary(diverged_step)))
                 self.flush()
                 self.sink.set_status(status, error)
         finally:
@@ -86,6 +88,14 @@ class RunLog:
 
     def read_status(self) -> dict[str, Any]:
         return trialdir.read_status(self.dir)
+
+    def summary(self, diverged_step: int | None) -> dict[str, float]:
+        """One-number results of a finished trial, as run metrics to sort and filter by in MLflow's UI.
+        (Collapse needs the report's rules over the whole suite and is not among them.)"""
+        accs = [float(r["eval/acc"]) for r in trialdir.read_jsonl(self.dir / "eval.jsonl") if "eval/acc" in r]
+        out = {"summary/final_acc": accs[-1], "summary/best_acc": max(accs), "summary/start_acc": accs[0]} if accs else {}
+        return {**out, "summary/diverged": float(diverged_step is not None),
+                **({"summary/diverged_step": float(diverged_step)} if diverged_step is not None else {})}
 
     # -- rows --------------------------------------------------------------------------------
     def metrics(self, step: int, row: Mapping[str, Any]) -> None:
@@ -228,6 +238,9 @@ def _quiet_mlflow() -> None:
             logger.setLevel(logging.WARNING)
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"
+
+
 def open_suite_run(tracking_uri: str, experiment_name: str, run_name: str, tags: Mapping[str, str],
                    artifact_location: str | None = None, artifacts: tuple[Path, ...] = ()) -> tuple[str, str]:
     """(experiment_id, run_id): a new parent run in experiment `experiment_name`, which is created if missing.
@@ -243,7 +256,9 @@ def open_suite_run(tracking_uri: str, experiment_name: str, run_name: str, tags:
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         try:
-            experiment_id = client.create_experiment(experiment_name, artifact_location=artifact_location)
+            # MLflow 3's UI opens an experiment on its runs table only when it is marked as model training
+            experiment_id = client.create_experiment(experiment_name, artifact_location=artifact_location,
+                                                     tags={EXPERIMENT_KIND: "custom_model_development"})
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise

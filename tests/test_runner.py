@@ -398,6 +398,11 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
         else:
             assert run.info.status == "FINISHED"
             assert_mlflow_mirrors_files(client, run, suite_dir / tid)
+            accs = [r["eval/acc"] for r in read_jsonl(suite_dir / tid / "eval.jsonl")]
+            assert run.data.metrics["summary/final_acc"] == accs[-1] and run.data.metrics["summary/best_acc"] == max(accs)
+            assert run.data.metrics["summary/diverged"] == 0.0
+            assert run.data.tags["stalebench.base_sha256"] and run.data.tags["stalebench.config_sha256"]
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"     # the UI opens on runs
     assert "3 failed" not in suite_status(suite_dir) and "6 trials: 2 failed, 4 completed" in suite_status(suite_dir)
 
 
