@@ -1,6 +1,6 @@
 """Hand-computed cases for each estimator, aggregation and group advantages.
 
-Every expected number is derived in the comments from the formula in docs (ALGORITHMS.md), on tiny float64
+Every expected number is derived in the comments from the formula in docs/estimators.md, on tiny float64
 inputs, independently of the code under test. Ratios are written as ρ = exp(λ) with λ = logp − logp_behavior;
 the inputs are built by choosing λ (or ρ) and logp directly. Gradients are w.r.t. logp.
 """

@@ -10,7 +10,7 @@ Returns [] for a suite whose base config has no `lab:` section. Two data sources
    caches them in <results_dir>/lab/sweeps.json, keyed by their inputs (the report loader ignores lab/).
    Only that computation imports torch, lazily; rendering reads JSON.
 
-Claims are the five of ALGORITHMS.md "Theory claims"; the rules that turn numbers into verdicts are
+Claims are the five of docs/estimators.md ("Claims the estimator lab checks"); the rules that turn numbers into verdicts are
 in `verdicts` and printed next to each verdict.
 """
 from __future__ import annotations
