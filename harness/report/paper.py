@@ -86,7 +86,7 @@ class PaperTable:
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
         lo, hi = self.seeds
-        seeds = f"{hi} seeds" if lo == hi else f"{lo}-{hi} seeds"
+        seeds = (f"{hi} seed" + ("s" if hi != 1 else "")) if lo == hi else f"{lo}-{hi} seeds"
         where = f" ({self.slice})" if self.slice else ""
         text = (f"{suite}{where}: final held-out accuracy [95% CI] by delay, {seeds} per cell. "
                 f"Retained = accuracy at delay {show(self.delays[-1]) if self.delays else DASH} / at delay 0; "

@@ -153,7 +153,8 @@ def expand_shared(trials: pd.DataFrame) -> pd.DataFrame:
                 values[axis] = sorted(plain.dropna().unique(), key=_sort_key)
             if not values[axis]:
                 continue
-            note = f"{axis_name(axis)} not used by {r['algorithm']}"
+            # a stands_for trial's note already says why every slice shows it (on-policy, no ratio)
+            note = "" if r.get("stands_for") else f"{axis_name(axis)} not used by {r['algorithm']}"
             copies = [dict(c, **{axis: v}, shared_note="; ".join(filter(None, [c["shared_note"], note])))
                       for c in copies for v in values[axis]]
         rows += copies
