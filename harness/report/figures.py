@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
-import matplotlib.pyplot as plt  # FacetGrid draws through pyplot; every figure is closed after saving
+import matplotlib.pyplot as plt
+import matplotlib.ticker  # FacetGrid draws through pyplot; every figure is closed after saving
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -179,7 +180,8 @@ def _save(g: Grid | plt.Figure, out_dir: Path, stem: str, legend_rows: int = 0, 
                             top=1 - top / height, wspace=0.5 / PANEL_IN[0] * (n_cols > 1) + 0.001,
                             hspace=0.5 / PANEL_IN[1] * (n_rows > 1) + 0.001)
     fig.savefig(out_dir / f"{stem}.png", dpi=DPI)
-    fig.savefig(out_dir / f"{stem}.svg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller, faster, searchable
+        fig.savefig(out_dir / f"{stem}.svg")
     plt.close(fig)
     return f"{stem}.png", f"{stem}.svg"
 
@@ -265,19 +267,12 @@ def collapse_heatmap(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> FigureO
     rows = [n for n in d.hue_order if n in set(cells["algorithm"])]
 
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
-        rate = data.pivot_table(index="algorithm", columns="delay", values="collapse_rate").reindex(
-            index=rows, columns=d.delays)
-        k = data.pivot_table(index="algorithm", columns="delay", values="n_collapsed").reindex(
-            index=rows, columns=d.delays)
-        n = data.pivot_table(index="algorithm", columns="delay", values="seeds").reindex(
-            index=rows, columns=d.delays)
-        text = np.where(np.isnan(n.to_numpy(float)), "",
-                        [[f"{a:.0f}/{b:.0f}" if b == b else "" for a, b in zip(ra, rb)]
-                         for ra, rb in zip(k.to_numpy(float), n.to_numpy(float))])
-        sns.heatmap(rate, ax=plt.gca(), vmin=0, vmax=1, cmap="rocket_r", annot=text, fmt="", cbar=False,
-                    annot_kws={"fontsize": 7}, xticklabels=[show(x) for x in d.delays], yticklabels=rows,
-                    linewidths=0.5, linecolor="white")
-        plt.gca().tick_params(axis="y", labelrotation=0)
+        wide = data.pivot_table(index="algorithm", columns="delay", values=["collapse_rate", "n_collapsed",
+                                                                            "seeds"])
+        rate, k, n = (wide[v].reindex(index=rows, columns=d.delays).to_numpy(float)
+                      for v in ("collapse_rate", "n_collapsed", "seeds"))
+        text = [[f"{a:.0f}/{b:.0f}" if b == b else "" for a, b in zip(ra, rb)] for ra, rb in zip(k, n)]
+        _heat(plt.gca(), rate, text, [show(x) for x in d.delays], rows, "rocket_r")
 
     height = max(PANEL_IN[1], 0.28 * len(rows) + 0.8)
     g = _wrapped(cells, "slice", d.slices, WRAP, height=height, sharex=False, sharey=False)
@@ -290,6 +285,25 @@ def collapse_heatmap(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> FigureO
                      f"Fraction of finished seeds that collapsed (colour 0..1, text K/N) per estimator and "
                      f"delay, one panel per slice ({_seed_range(cells['seeds'])} per cell). The collapse "
                      f"rules are listed below.{_low_note(cells['seeds'])}", svg)
+
+
+def _heat(ax: plt.Axes, values: np.ndarray, text: list[list[str]], xlabels: list[str], ylabels: list[str],
+          cmap: str) -> None:
+    """An annotated heatmap of ``values`` (rows, cols) on a fixed 0..1 colour scale; NaN cells blank.
+    Drawn with ``imshow`` rather than ``sns.heatmap``, which redraws the whole figure per panel to
+    check tick-label overlap (quadratic in the number of panels)."""
+    cm = matplotlib.colormaps[cmap] if cmap in matplotlib.colormaps else sns.color_palette(cmap, as_cmap=True)
+    ax.imshow(np.ma.masked_invalid(values), cmap=cm, vmin=0, vmax=1, aspect="auto", interpolation="none")
+    for i, row in enumerate(text):
+        for j, t in enumerate(row):
+            if t:
+                light = values[i, j] > 0.55 if cmap.endswith("_r") else values[i, j] < 0.55
+                ax.text(j, i, t, ha="center", va="center", fontsize=7, color="white" if light else "black")
+    ax.set_xticks(range(len(xlabels)), xlabels, fontsize=8)
+    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=8)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
 
 
 def survival_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
@@ -322,6 +336,13 @@ def survival_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
                      f"({_seed_range(seeds)} per line). Secondary to the collapse-rate heatmap.", svg)
 
 
+def _log_y(ax: plt.Axes) -> None:
+    """Log y axis with plain tick labels (``%g``; the default mathtext labels cost ~1 s to parse)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def _binned(m: pd.DataFrame, keys: list[str], bins: int = 60) -> pd.DataFrame:
     """Mean of ``keys`` per (algorithm, step bin): at most ``bins`` points per line."""
     top = float(m["step"].max()) or 1.0
@@ -336,11 +357,14 @@ def diagnostics_vs_step(d: PlotData, out_dir: Path) -> FigureOut | None:
     if not d.diagnostics or d.done.empty:
         return None
     top = d.delays[-1]
-    trials = d.done[d.done["delay"] == top][["trial_id", "algorithm"]]
-    m = d.metrics[d.metrics["trial_id"].isin(set(trials["trial_id"]))][["trial_id", "step", *d.diagnostics]]
-    m = m.assign(trial_id=m["trial_id"].astype(str)).merge(trials, on="trial_id")
-    if m.empty:
+    # at the largest delay each trial belongs to one estimator (stands_for trials are on-policy)
+    algo_of = dict(d.done.loc[d.done["delay"] == top, ["trial_id", "algorithm"]].drop_duplicates(
+        "trial_id").itertuples(index=False))
+    algo = d.metrics["trial_id"].map(algo_of)  # categorical: maps each category once
+    keep = algo.notna().to_numpy()
+    if not keep.any():
         return None
+    m = d.metrics.loc[keep, ["step", *d.diagnostics]].assign(algorithm=algo[keep].astype(str).to_numpy())
     long = _binned(m, d.diagnostics).melt(["algorithm", "step"], var_name="metric", value_name="value")
     long = long.dropna(subset=["value"])
     metrics = [k for k in d.diagnostics if k in set(long["metric"])]
@@ -353,7 +377,7 @@ def diagnostics_vs_step(d: PlotData, out_dir: Path) -> FigureOut | None:
             st = d.styles[algo]
             ax.plot(g["step"], g["value"], color=st.colour, lw=1.2, marker=st.marker, ms=3, markevery=0.25)
         if data["metric"].iloc[0].endswith("ratio_max") and (data["value"] > 0).all():
-            ax.set_yscale("log")
+            _log_y(ax)
 
     g = _wrapped(long, "metric", metrics, 3, sharey=False)
     g.map_dataframe(draw)
@@ -382,7 +406,7 @@ def diagnostics_vs_delay(d: PlotData, out_dir: Path) -> FigureOut | None:
             st = d.styles[algo]
             ax.plot(1 + g["delay"], g["value"], color=st.colour, lw=1.2, marker=st.marker, ms=4)
         if data["metric"].iloc[0].endswith("ratio_max") and (data["value"] > 0).all():
-            ax.set_yscale("log")
+            _log_y(ax)
         _log2_delay_axis(ax, d.delays)
 
     g = _wrapped(long, "metric", metrics, 3, sharey=False)
@@ -409,9 +433,9 @@ def heatmap(axis: str, d: PlotData, out_dir: Path) -> FigureOut | None:
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
         grid = data.pivot_table(index="delay", columns=axis, values="iqm").reindex(index=d.delays,
                                                                                   columns=values)
-        sns.heatmap(grid, ax=plt.gca(), vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", cbar=False,
-                    annot_kws={"fontsize": 7}, yticklabels=[show(x) for x in d.delays],
-                    xticklabels=[show(x) for x in values])
+        v = grid.to_numpy(float)
+        _heat(plt.gca(), v, [[f"{x:.2f}" if x == x else "" for x in row] for row in v],
+              [show(x) for x in values], [show(x) for x in d.delays], "viridis")
 
     names = [n for n in d.hue_order if n in set(table["algorithm"])]
     g = _wrapped(table, "algorithm", names, WRAP, sharex=False, sharey=False)
