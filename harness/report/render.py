@@ -82,7 +82,8 @@ def _final_ci(r: dict[str, Any]) -> Cell:
 
 
 def _poi(baseline: str) -> Callable[[dict[str, Any]], Cell]:
-    """PoI vs the baseline with its bootstrap interval, ``*`` when either side has < 5 seeds."""
+    """PoI vs the baseline with its bootstrap interval; below 5 seeds on either side the point alone,
+    marked ``*`` (``stats.poi_estimate`` says why)."""
     def value(r: dict[str, Any]) -> Cell:
         if r.get("algorithm") == baseline:
             return "baseline", ""
@@ -90,9 +91,8 @@ def _poi(baseline: str) -> Callable[[dict[str, Any]], Cell]:
         if p is None:
             return DASH, ""
         if lo is None or hi is None:
-            return f"{p:.2f} (no interval)", p
-        return f"{p:.2f} [{lo:.2f}, {hi:.2f}]" + ("*" if (_num(r.get("seeds")) or 0) < LOW_CONFIDENCE_SEEDS
-                                                  else ""), p
+            return f"{p:.2f}* (no CI below {LOW_CONFIDENCE_SEEDS} seeds)", p
+        return f"{p:.2f} [{lo:.2f}, {hi:.2f}]", p
     return value
 
 

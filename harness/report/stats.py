@@ -152,13 +152,14 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> 
 
 def poi_estimate(x: np.ndarray, y: np.ndarray, seed: int = 0) -> Estimate:
     """PoI of ``x`` over ``y`` with a percentile bootstrap CI (``scipy.stats.bootstrap``, the two samples
-    resampled independently). No interval when either side has fewer than two values; ``n`` is the
-    smaller side, so the estimate is low-confidence when either side has < MIN_CONFIDENT_SEEDS."""
+    resampled independently). ``n`` is the smaller side. No interval when n < MIN_CONFIDENT_SEEDS: with
+    few seeds that separate perfectly every resample separates too, and the bootstrap returns the
+    zero-width "interval" [1, 1] (3 vs 3 seeds), which would claim certainty the data cannot give."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     x, y = x[~np.isnan(x)], y[~np.isnan(y)]
     n = int(min(x.size, y.size))
     point = float(probability_of_improvement(x, y))
-    if n < 2:
+    if n < MIN_CONFIDENT_SEEDS:
         return Estimate(point, float("nan"), float("nan"), n, "PoI", "none")
     res = sps.bootstrap((x, y), probability_of_improvement, n_resamples=N_RESAMPLES, vectorized=True,
                         confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
