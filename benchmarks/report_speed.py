@@ -1,46 +1,77 @@
-"""Time ``build_report`` on a synthetic suite of 1,000 trials x 500 steps (eval every 25 steps).
+"""Time ``build_report`` on synthetic suites of 1,000 (and optionally 10,000) trials x 500 steps.
 
-Grid: 5 algorithms x 5 delays x 2 eps x 2 group sizes x 10 seeds = 1,000 trials; each metrics row has
-15 metrics. Writing the results is not timed. Target: build_report under 60 s on 2 cores. Wall time
-depends on what else runs; the process CPU time printed next to it does not (much).
+Grid: 5 algorithms x 5 delays x 2 eps x 2 group sizes x S seeds (S = 10 -> 1,000 trials, S = 100 ->
+10,000 trials); eval every 25 steps; each metrics row has 15 metrics. Writing the results is not timed.
+Each size is built in a fresh child process, which reports wall time, CPU time and its peak resident
+memory (``ru_maxrss``), so sizes do not share caches or memory. Target: 1,000 trials under ~5 s on an
+idle machine. Wall time depends on what else runs; CPU time less so.
 
-    python benchmarks/report_speed.py [--keep DIR]
+    python benchmarks/report_speed.py [--sizes 1000 10000] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from harness.report import build_report, build_site
-from harness.report.synthetic import write_suite
+ALGORITHMS = ("grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo")
+DELAYS = (0, 4, 8, 16, 32)
+
+
+def child(suite_dir: Path, out_dir: Path) -> None:
+    """Build one report in this process and print its timings as JSON (the --child mode)."""
+    from harness.report import build_report, build_site
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    build_report(suite_dir, out_dir)
+    t1, c1 = time.perf_counter(), time.process_time()
+    build_site(out_dir.parent)
+    t2 = time.perf_counter()
+    print(json.dumps({"wall_s": t1 - t0, "cpu_s": c1 - c0, "site_s": t2 - t1,
+                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def run_size(root: Path, trials: int) -> dict[str, float]:
+    from harness.report.synthetic import write_suite
+
+    seeds = trials // (len(ALGORITHMS) * len(DELAYS) * 4)
+    t0 = time.perf_counter()
+    suite_dir = write_suite(root / "results", f"speed{trials}", ALGORITHMS, DELAYS, tuple(range(seeds)),
+                            steps=500, eval_every=25, eps=(0.2, 0.28), group_sizes=(4, 8), collapse_delay=16)
+    write_s = time.perf_counter() - t0
+    proc = subprocess.run([sys.executable, __file__, "--child", str(suite_dir),
+                           str(root / "reports" / f"speed{trials}")], capture_output=True, text=True,
+                          check=True, cwd=REPO)
+    return {"trials": trials, "write_s": write_s, **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keep", type=Path, help="write results and report here instead of a temp dir")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000],
+                        help="trial counts (multiples of 100), e.g. 1000 10000")
+    parser.add_argument("--keep", type=Path, help="write results and reports here instead of a temp dir")
+    parser.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
-        t0 = time.perf_counter()
-        suite_dir = write_suite(root / "results", "speed", ("grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo"),
-                                (0, 4, 8, 16, 32), tuple(range(10)), steps=500, eval_every=25,
-                                eps=(0.2, 0.28), group_sizes=(4, 8), collapse_delay=16)
-        t1, cpu1 = time.perf_counter(), time.process_time()
-        index = build_report(suite_dir, root / "reports" / "speed")
-        t2, cpu2 = time.perf_counter(), time.process_time()
-        build_site(root / "reports")
-        t3 = time.perf_counter()
-    print(f"write results (not timed): {t1 - t0:.1f} s")
-    print(f"build_report, 1000 trials x 500 steps: {t2 - t1:.1f} s wall, {cpu2 - cpu1:.1f} s CPU "
-          f"(target < 60 s wall on 2 cores) -> {index.name}")
-    print(f"build_site: {t3 - t2:.2f} s")
+        for trials in args.sizes:
+            r = run_size(root, trials)
+            print(f"{r['trials']} trials x 500 steps: build_report {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s "
+                  f"CPU, peak RSS {r['peak_rss_mib']:.0f} MiB; build_site {r['site_s']:.2f} s "
+                  f"(writing the results, not timed: {r['write_s']:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import pytest
 
 from harness.report.collapse import (
     CollapseRules,
+    tail_streak_start,
     collapse_rate,
     detect_collapse,
     first_streak_start,
@@ -30,10 +31,47 @@ def run(acc, rules=CollapseRules(), nonfinite=None, entropy=None, ratio=None, st
 
 
 def test_collapsing_curve_collapses_at_first_eval_of_the_drop_streak():
-    # best 0.6 at step 30; from step 40 on acc <= 0.3 < 0.6 - 0.2 = 0.4 for 3+ evaluations
+    # start 0.2, best 0.6 at step 30 (gain 0.4); from step 40 on acc <= 0.3 < 0.6 - 0.5 * 0.4 = 0.4 for
+    # 3+ evaluations -> gain_lost at 40 (accuracy_drop, 0.3 < 0.6 - 0.2, also fires at 40: rule order)
     acc = [0.2, 0.4, 0.5, 0.6, 0.3, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05]
     c = run(acc)
-    assert (c.collapsed, c.step, c.reason) == (True, 40, "accuracy_drop")
+    assert (c.collapsed, c.step, c.reason) == (True, 40, "gain_lost")
+    # with the relative rules made unreachable, the absolute drop rule alone fires at the same step
+    only_drop = CollapseRules(start_margin=1.0, min_gain=1.0)
+    assert (run(acc, only_drop).step, run(acc, only_drop).reason) == (40, "accuracy_drop")
+
+
+def test_run_falling_from_027_to_007_and_staying_is_collapsed():
+    # The run: 0.23 -> best 0.27 -> 0.07 for the rest. The absolute rule misses it: 0.27 - 0.07
+    # = 0.20 is not more than drop_points 0.2. Relative to the run's own start it is a collapse:
+    # 0.07 < 0.23 - 0.05 = 0.18 (below_start) from step 40 on, 7 evaluations in a row.
+    acc = [0.23, 0.25, 0.27, 0.27, 0.07, 0.07, 0.07, 0.07, 0.07, 0.07, 0.07]
+    assert not run(acc, CollapseRules(start_margin=1.0, min_gain=1.0)).collapsed  # old rule alone
+    c = run(acc)
+    assert (c.collapsed, c.step, c.reason) == (True, 40, "below_start")
+
+
+def test_collapse_in_the_last_two_evaluations_is_counted():
+    # Flat-then-good run that falls only at the last two evaluations (steps 90, 100): no 3-evaluation
+    # streak fits, but the end-of-run streak (end_patience 2) does. Start 0.2, best 0.6 (gain 0.4);
+    # 0.1 < 0.2 - 0.05 (below_start) at 90 and 100 -> collapsed at 90.
+    acc = [0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.1, 0.1]
+    c = run(acc)
+    assert (c.collapsed, c.step, c.reason) == (True, 90, "below_start@end")
+    # the same two low evaluations in the middle of the run, followed by recovery, are not a collapse
+    assert not run([0.2, 0.3, 0.4, 0.6, 0.1, 0.1, 0.6, 0.6, 0.6, 0.6, 0.6]).collapsed
+    # one low last evaluation is below end_patience 2: not a collapse (it still shows in final acc)
+    assert not run([0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.1]).collapsed
+
+
+def test_gain_lost_needs_a_real_gain():
+    # start 0.30, best 0.36 (gain 0.06 < min_gain 0.1): ending at 0.31 lost 83% of a noise-sized gain,
+    # which is no collapse; and 0.31 is above the start (no below_start either)
+    acc = [0.30, 0.33, 0.36, 0.34, 0.33, 0.32, 0.31, 0.31, 0.31, 0.31, 0.31]
+    assert not run(acc).collapsed
+    # with a real gain (0.30 -> 0.50 = 0.2), ending at 0.35 < 0.50 - 0.1 = 0.40 for 5 evaluations is
+    acc = [0.30, 0.40, 0.50, 0.50, 0.50, 0.50, 0.35, 0.35, 0.35, 0.35, 0.35]
+    assert (run(acc).step, run(acc).reason) == (60, "gain_lost")
 
 
 def test_prospering_curve_does_not_collapse():
@@ -47,7 +85,7 @@ def test_noisy_but_stable_curve_does_not_collapse():
     acc = [0.5, 0.6, 0.55, 0.35, 0.6, 0.34, 0.58, 0.6, 0.33, 0.59, 0.6]
     assert not run(acc).collapsed
     # a drop of exactly the threshold is not "more than" it: 0.6 - 0.2 = 0.4 is allowed
-    assert not run([0.6] + [0.4] * 10).collapsed
+    assert not run([0.6] + [0.4] * 10, CollapseRules(start_margin=1.0)).collapsed
 
 
 def test_two_dips_then_recovery_is_not_a_streak():
@@ -72,10 +110,10 @@ def test_status_diverged_collapses_at_diverged_step():
 
 
 def test_earliest_rule_wins():
-    acc = [0.2, 0.4, 0.5, 0.6, 0.3, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05]  # accuracy_drop at 40
+    acc = [0.2, 0.4, 0.5, 0.6, 0.3, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05]  # gain_lost at 40
     nonfinite = np.zeros(100, bool)
     nonfinite[79] = True  # step 80
-    assert run(acc, nonfinite=nonfinite).reason == "accuracy_drop"
+    assert run(acc, nonfinite=nonfinite).reason == "gain_lost"
     nonfinite[19] = True  # step 20, before 40
     c = run(acc, nonfinite=nonfinite)
     assert (c.step, c.reason) == (20, "nonfinite_loss")
@@ -107,6 +145,14 @@ def test_first_streak_start():
     assert first_streak_start(np.array([0, 1], bool), 1) == 1
 
 
+def test_tail_streak_start():
+    assert tail_streak_start(np.array([0, 1, 1, 0, 1, 1], bool), 2) == 4  # last two are True
+    assert tail_streak_start(np.array([0, 1, 1, 0, 1, 1], bool), 3) is None
+    assert tail_streak_start(np.array([1, 1, 1], bool), 2) == 0
+    assert tail_streak_start(np.array([1, 1, 0], bool), 1) is None  # the run ended recovered
+    assert tail_streak_start(np.array([], bool), 1) is None
+
+
 def test_rules_from_mapping_are_strict():
     rules = CollapseRules.from_mapping({"drop_points": 0.3, "patience": 2, "entropy_max": None})
     assert (rules.drop_points, rules.patience, rules.entropy_max) == (0.3, 2, math.inf)
@@ -115,6 +161,10 @@ def test_rules_from_mapping_are_strict():
         CollapseRules.from_mapping({"drop_pts": 0.3})
     with pytest.raises(ValueError, match="patience"):
         CollapseRules(patience=0)
+    with pytest.raises(ValueError, match="end_patience"):
+        CollapseRules(end_patience=0)
+    with pytest.raises(ValueError, match="gain_lost_frac"):
+        CollapseRules(gain_lost_frac=1.5)
     with pytest.raises(ValueError, match="drop_points must be a number"):
         CollapseRules.from_mapping({"drop_points": "20%"})
     with pytest.raises(ValueError, match="entropy_min"):
@@ -123,7 +173,8 @@ def test_rules_from_mapping_are_strict():
 
 def test_describe_names_every_rule():
     text = " ".join(CollapseRules(ratio_max_bound=50).describe())
-    for name in ("accuracy_drop", "nonfinite_loss", "status_diverged", "entropy: off", "above 50"):
+    for name in ("below_start", "gain_lost", "accuracy_drop", "last 2 or more", "nonfinite_loss",
+                 "status_diverged", "entropy: off", "above 50"):
         assert name in text
 
 

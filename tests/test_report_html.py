@@ -58,16 +58,20 @@ def test_files_exist(built):
     index, site = built
     out = index.parent
     for name in ("index.html", "results.json", "leaderboard.csv", "cells.csv", "trials.csv",
-                 "learning_curves.png", "accuracy_vs_delay.png", "survival.png", "staleness.png"):
+                 "paper_table.md", "paper_table.tex", "paper_table.txt"):
         assert (out / name).is_file(), name
+    for stem in ("learning_curves", "accuracy_vs_delay", "collapse_heatmap", "diagnostics_vs_step",
+                 "diagnostics_vs_delay", "staleness"):
+        assert (out / f"{stem}.png").is_file() and (out / f"{stem}.svg").is_file(), stem
     assert not (out / "heatmap_delay_eps.png").exists()  # the grid does not vary eps
+    assert not (out / "survival.png").exists()  # 2-3 seeds per line: the heatmap says it better
     assert site.is_file() and site.parent == out.parent
 
 
 def test_every_trial_is_listed_with_its_status(built):
     index, _ = built
     bundle = json.loads((index.parent / "results.json").read_text())
-    assert bundle["schema_version"] == 1
+    assert bundle["schema_version"] == 2
     status = {t["trial_id"]: t["status"] for t in bundle["trials"]}
     assert len(status) == 3 * 2 * 2 + 3  # lab/ is not a trial
     assert status["m2po-d8-s2"] == "failed"
@@ -96,7 +100,9 @@ def test_statistics_in_bundle(built):
     m2po = next(r for r in board if r["algorithm"] == "m2po")
     assert m2po["seeds"] == 2 and m2po["n_failed"] == 1 and m2po["status_counts"] == "2 completed, 1 failed"
     assert m2po["poi_vs_baseline"] == 1.0  # both m2po seeds beat both collapsed grpo seeds
-    assert m2po["ci_low"] <= m2po["iqm_final"] <= m2po["ci_high"]
+    assert m2po["ci_low"] <= m2po["final"] <= m2po["ci_high"]
+    assert m2po["statistic"] == "mean" and m2po["ci_method"] == "t" and m2po["low_confidence"]
+    assert m2po["poi_low"] is None  # 2 vs 2 seeds: no PoI interval (it would read [1.00, 1.00])
     diverged = next(c for c in bundle["cells"] if c["algorithm"] == "gmc_grpo" and c["delay"] == 0)
     assert diverged["seeds"] == 3 and diverged["collapse_rate"] == pytest.approx(1 / 3)
     assert bundle["collapse_rules"]["patience"] == 2  # from suite.yaml's report section
@@ -124,10 +130,10 @@ def test_site_lists_an_unreadable_bundle_instead_of_dropping_it(tmp_path):
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "results.json").write_text('{"schema_version": 1, "lead')
     (tmp_path / "future").mkdir()
-    (tmp_path / "future" / "results.json").write_text('{"schema_version": 2}')
+    (tmp_path / "future" / "results.json").write_text('{"schema_version": 3}')
     text = build_site(tmp_path).read_text()
     assert 'href="broken/index.html"' in text and "unreadable results.json" in text
-    assert "schema_version 2, expected 1" in text
+    assert "schema_version 3, expected 2" in text
 
 
 def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
@@ -142,7 +148,7 @@ def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
     text = index.read_text()
     assert "Lab &lt;b&gt;" in text and "<p id='lab-fragment'>bias</p>" in text
     assert (index.parent / "extra" / "0-lab.png").is_file()
-    assert "with one seed the band is the point" not in text  # one delay: no accuracy-vs-delay figure
+    assert "accuracy_vs_delay.png" not in text  # one delay: no accuracy-vs-delay figure
 
 
 def test_report_of_only_unfinished_trials(tmp_path):
@@ -240,11 +246,26 @@ def test_report_and_site_in_a_real_browser(built):
             assert widths and all(w > 0 for _, w in widths), widths
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+            # every figure is on the page, loaded, with a caption and an SVG link; one screenshot each
+            figures = page.eval_on_selector_all(
+                "#figures figure", "fs => fs.map(f => [f.querySelector('img').getAttribute('src'), "
+                "f.querySelector('img').naturalWidth, f.querySelector('figcaption a').getAttribute('href')])")
+            srcs = [f[0] for f in figures]
+            for stem in ("accuracy_vs_delay", "learning_curves", "collapse_heatmap", "diagnostics_vs_step",
+                         "diagnostics_vs_delay"):
+                assert f"{stem}.png" in srcs, srcs
+            for i, (src, width, svg) in enumerate(figures, start=1):
+                assert width > 0 and svg == src.replace(".png", ".svg")
+                page.locator(f"#fig-{i}").screenshot(path=str(ARTIFACTS / f"figure-{src}"))
+            # the paper table and the low-confidence notice are visible
+            page.locator("#paper-table").screenshot(path=str(ARTIFACTS / "paper-table.png"))
+            assert page.is_visible("#paper-table .lowconf")
+            assert "*" in page.inner_text("#paper-1 tbody")
 
             headers = page.eval_on_selector_all("#leaderboard-table thead th",
                                                 "hs => hs.map(h => h.textContent)")
             algo_col = headers.index("algorithm")
-            iqm_col = headers.index("IQM final acc [95% CI]")
+            iqm_col = headers.index("final acc [95% CI]")
             assert _column(page, "leaderboard-table", 0) == ["1", "2", "3"]  # ranked: best first
             def iqms() -> list[float]:  # "0.558 [0.550, 0.565]" -> 0.558
                 return [float(x.split()[0]) for x in _column(page, "leaderboard-table", iqm_col)]

@@ -1,17 +1,27 @@
 """Collapse detection: explicit, documented rules applied to one trial's curves.
 
-A trial is *collapsed* at the earliest step at which any enabled rule fires:
+A trial is *collapsed* at the earliest step at which any enabled rule fires. The accuracy rules compare
+each evaluation with the run's own start (its first evaluation) and its running best:
 
-1. ``accuracy_drop``: held-out accuracy is more than ``drop_points`` below its running best for
-   ``patience`` consecutive evaluations; the collapse step is the first evaluation of that streak.
-2. ``nonfinite_loss``: ``loss/value`` is NaN or +-inf at some step.
-3. ``status_diverged``: the runner marked the trial ``diverged`` (at ``diverged_step``, else at its last
+1. ``below_start``: accuracy below the start by more than ``start_margin``.
+2. ``gain_lost``: accuracy has lost more than ``gain_lost_frac`` of the gain made so far (running best
+   minus start), once that gain is at least ``min_gain`` (smaller gains are noise).
+3. ``accuracy_drop``: accuracy more than ``drop_points`` below the running best (absolute).
+
+An accuracy rule fires when its condition holds for ``patience`` consecutive evaluations, or for the
+last ``end_patience`` (or more) evaluations of the run: a collapse at the end of the run counts even
+when too few evaluations remain for a full streak. The collapse step is the first evaluation of the
+streak (reason suffixed ``@end`` when only the end-of-run streak fired).
+
+4. ``nonfinite_loss``: ``loss/value`` is NaN or +-inf at some step.
+5. ``status_diverged``: the runner marked the trial ``diverged`` (at ``diverged_step``, else at its last
    step).
-4. ``entropy``: ``policy/entropy`` lies outside [``entropy_min``, ``entropy_max``] for ``patience``
+6. ``entropy``: ``policy/entropy`` lies outside [``entropy_min``, ``entropy_max``] for ``patience``
    consecutive steps (off by default: 0 .. inf); the collapse step is the first step of the streak.
-5. ``ratio_max``: ``is/ratio_max`` exceeds ``ratio_max_bound`` at some step (off by default: None).
+7. ``ratio_max``: ``is/ratio_max`` exceeds ``ratio_max_bound`` at some step (off by default: None).
 
-Rules are set per suite in suite.yaml under ``report: {collapse: {...}}`` (see ``CollapseRules``).
+Rules are set per suite in suite.yaml under ``report: {collapse: {...}}`` (see ``CollapseRules``);
+docs/report.md explains the defaults.
 """
 
 from __future__ import annotations
@@ -28,17 +38,28 @@ import numpy as np
 class CollapseRules:
     """Thresholds of the collapse rules (module docstring). Defaults are the report's standard rules."""
 
-    drop_points: float = 0.2  # accuracy drop below the running best, in accuracy units (0..1)
+    start_margin: float = 0.05  # below_start: accuracy this far below the first evaluation (0..1 units)
+    gain_lost_frac: float = 0.5  # gain_lost: fraction of (running best - start) lost
+    min_gain: float = 0.1  # gain_lost applies once running best - start reaches this
+    drop_points: float = 0.2  # accuracy_drop: drop below the running best, in accuracy units (0..1)
     patience: int = 3  # consecutive evaluations (accuracy) or steps (entropy) a rule must hold
+    end_patience: int = 2  # ... or this many evaluations at the end of the run (accuracy rules)
     entropy_min: float = 0.0  # policy/entropy below this counts as collapse (0 = off)
     entropy_max: float = math.inf  # policy/entropy above this counts as collapse (inf = off)
     ratio_max_bound: float | None = None  # is/ratio_max above this is collapse (None = off)
 
     def __post_init__(self) -> None:
-        if not self.drop_points > 0:
-            raise ValueError(f"collapse.drop_points must be > 0, got {self.drop_points!r}")
-        if not (isinstance(self.patience, int) and self.patience >= 1):
-            raise ValueError(f"collapse.patience must be an integer >= 1, got {self.patience!r}")
+        for name in ("drop_points", "min_gain"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"collapse.{name} must be > 0, got {getattr(self, name)!r}")
+        if not self.start_margin >= 0:
+            raise ValueError(f"collapse.start_margin must be >= 0, got {self.start_margin!r}")
+        if not 0 < self.gain_lost_frac <= 1:
+            raise ValueError(f"collapse.gain_lost_frac must be in (0, 1], got {self.gain_lost_frac!r}")
+        for name in ("patience", "end_patience"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"collapse.{name} must be an integer >= 1, got {value!r}")
         if not self.entropy_min <= self.entropy_max:
             raise ValueError(
                 f"collapse.entropy_min ({self.entropy_min}) must be <= entropy_max ({self.entropy_max})"
@@ -64,9 +85,15 @@ class CollapseRules:
 
     def describe(self) -> list[str]:
         """One plain-text sentence per rule, saying whether it is on and with which threshold."""
+        streak = (f"for {self.patience} consecutive evaluations, or for the last {self.end_patience} or "
+                  f"more evaluations of the run (collapse step = first evaluation of the streak)")
         lines = [
-            f"accuracy_drop: held-out accuracy more than {self.drop_points:g} below its running best for "
-            f"{self.patience} consecutive evaluations (collapse step = first evaluation of the streak).",
+            f"below_start: held-out accuracy more than {self.start_margin:g} below the run's first "
+            f"evaluation, {streak}.",
+            f"gain_lost: held-out accuracy has lost more than {self.gain_lost_frac:.0%} of its gain (running "
+            f"best minus first evaluation, once that gain is at least {self.min_gain:g}), {streak}.",
+            f"accuracy_drop: held-out accuracy more than {self.drop_points:g} below its running best, "
+            f"{streak}.",
             "nonfinite_loss: loss/value is NaN or infinite at some step.",
             "status_diverged: the runner marked the trial diverged (at diverged_step, else its last step).",
         ]
@@ -104,6 +131,46 @@ def first_streak_start(mask: np.ndarray, patience: int) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
+def tail_streak_start(mask: np.ndarray, min_length: int) -> int | None:
+    """Start of the run of True values that reaches the end of ``mask``, if at least ``min_length`` long."""
+    mask = np.asarray(mask, dtype=bool)
+    false = np.flatnonzero(~mask)
+    start = int(false[-1]) + 1 if false.size else 0
+    return start if mask.size - start >= min_length and start < mask.size else None
+
+
+def accuracy_conditions(rules: CollapseRules, acc: np.ndarray) -> dict[str, np.ndarray]:
+    """Per evaluation (E,), whether each accuracy rule's condition holds (NaN evaluations: False)."""
+    acc = np.asarray(acc, dtype=float)
+    start = acc[0]
+    best = np.fmax.accumulate(acc)  # running best, ignoring NaN evaluations
+    gain = best - start
+    with np.errstate(invalid="ignore"):
+        return {
+            "below_start": acc < start - rules.start_margin,
+            "gain_lost": (gain >= rules.min_gain) & (acc < best - rules.gain_lost_frac * gain),
+            "accuracy_drop": acc < best - rules.drop_points,
+        }
+
+
+def _accuracy_candidates(rules: CollapseRules, eval_steps: np.ndarray, acc: np.ndarray
+                         ) -> list[tuple[int, str]]:
+    """(collapse step, reason) of each accuracy rule that fires: a ``patience`` streak anywhere or an
+    ``end_patience`` streak that lasts to the last evaluation (reason suffixed ``@end``)."""
+    out = []
+    if acc.size == 0 or np.isnan(acc[0]):
+        return out
+    for name, mask in accuracy_conditions(rules, acc).items():
+        i = first_streak_start(mask, rules.patience)
+        if i is not None:
+            out.append((int(eval_steps[i]), name))
+            continue
+        i = tail_streak_start(mask, rules.end_patience)
+        if i is not None:
+            out.append((int(eval_steps[i]), f"{name}@end"))
+    return out
+
+
 def detect_collapse(
     rules: CollapseRules,
     eval_steps: np.ndarray,
@@ -123,13 +190,7 @@ def detect_collapse(
     where ``loss/value`` was logged as NaN or +-inf. ``status``/``diverged_step``/``last_step`` come
     from status.json.
     """
-    candidates: list[tuple[int, str]] = []
-    acc = np.asarray(acc, dtype=float)
-    if acc.size:
-        best = np.fmax.accumulate(acc)  # running best, ignoring NaN evaluations
-        i = first_streak_start(acc < best - rules.drop_points, rules.patience)
-        if i is not None:
-            candidates.append((int(eval_steps[i]), "accuracy_drop"))
+    candidates = _accuracy_candidates(rules, np.asarray(eval_steps), np.asarray(acc, dtype=float))
     bad = np.flatnonzero(np.asarray(nonfinite_loss, dtype=bool))
     if bad.size:
         candidates.append((int(metric_steps[bad[0]]), "nonfinite_loss"))
@@ -147,7 +208,7 @@ def detect_collapse(
             candidates.append((int(metric_steps[over[0]]), "ratio_max"))
     if not candidates:
         return Collapse(False, None, "")
-    step, reason = min(candidates)
+    step, reason = min(candidates, key=lambda c: c[0])  # earliest; ties keep the rule order above
     return Collapse(True, step, reason)
 
 

@@ -1,7 +1,8 @@
 """Build a suite's HTML report (``build_report``) and the leaderboard site over all suites (``build_site``).
 
-Output of ``build_report`` in ``reports/<suite>/``: index.html, one PNG per figure, results.json (a
-versioned bundle, ``schema_version`` 1) and leaderboard.csv / cells.csv / trials.csv. Templates are
+Output of ``build_report`` in ``reports/<suite>/``: index.html, a PNG and an SVG per figure, results.json
+(a versioned bundle, ``schema_version`` 2), leaderboard.csv / cells.csv / trials.csv, and the paper table
+as paper_table.md / .tex / .txt (``paper.closing_table`` returns the .txt for the CLI). Templates are
 Jinja2 with autoescaping on: every string from results files (suite name, notes, algorithm names,
 errors) is rendered as text. The page is static and works offline from file:// (inline CSS and JS).
 """
@@ -22,12 +23,13 @@ import numpy as np
 import pandas as pd
 
 from harness.report import figures as fig
-from harness.report import tables
+from harness.report import paper, stats, tables
 from harness.report.load import SuiteResults, load_suite
-from harness.report.provenance import provenance
+from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
 from harness.report.render import cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+DOCS_URL = "../../docs/report.md"  # reports/<suite>/index.html -> the repository's docs/report.md
 TEMPLATES = Path(__file__).with_name("templates")
 
 
@@ -85,15 +87,21 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
     out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
-    plot = fig.PlotData.build(a.trials, res.evals, res.metrics, a.other)
-    made = [fig.learning_curves(plot, out_dir), fig.accuracy_vs_delay(a.cells, plot, out_dir),
-            fig.heatmap("eps", plot, out_dir), fig.heatmap("group_size", plot, out_dir),
-            fig.survival_curves(plot, out_dir), fig.staleness(a.trials, res.metrics, out_dir)]
+    plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
+    made = [fig.accuracy_vs_delay(a.cells, plot, out_dir), fig.learning_curves(plot, out_dir),
+            fig.collapse_heatmap(a.cells, plot, out_dir), fig.diagnostics_vs_step(plot, out_dir),
+            fig.diagnostics_vs_delay(plot, out_dir), fig.heatmap("eps", plot, out_dir),
+            fig.heatmap("group_size", plot, out_dir), fig.survival_curves(plot, out_dir),
+            fig.staleness(a.trials, res.metrics, out_dir)]
     figures = [f for f in made if f is not None]
     extras = _copy_extras(extra_sections(res.path, out_dir), out_dir)
-    prov = provenance(res.suite_sha256)
+    prov = summarize(res.provenance)
+    rendered = rendering_info(res.suite_sha256)
+    papers = paper.paper_tables(a)
+    exports = paper.write_exports(papers, res.name, out_dir)
 
-    page = _env().get_template("report.html.j2").render(**_page_context(res, a, figures, extras, prov))
+    context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
+    page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
     a.cells.to_csv(out_dir / "cells.csv", index=False)
@@ -104,12 +112,16 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
         "baseline": res.settings.baseline,
         "largest_delay": a.top_delay,
         "collapse_rules": asdict(res.settings.collapse),
+        "min_confident_seeds": stats.MIN_CONFIDENT_SEEDS,
         "leaderboard": _records(a.board),
         "cells": _records(a.cells),
         "trials": _records(a.trials),
         "staleness": _records(a.staleness),
+        "paper_tables": [asdict(t) for t in papers],
         "figures": [asdict(f) for f in figures],
-        "provenance": prov,
+        "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,
+                       "missing": prov.n_missing, "started_utc": prov.started},
+        "rendered": rendered,
     }
     (out_dir / "results.json").write_text(json.dumps(_jsonable(bundle), indent=1, allow_nan=False),
                                           encoding="utf-8")
@@ -117,12 +129,17 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
 
 
 def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.FigureOut],
-                  extras: list[dict[str, Any]], prov: dict[str, Any]) -> dict[str, Any]:
-    """Everything report.html.j2 renders; table cells are pre-formatted by ``render``."""
+                  extras: list[dict[str, Any]], prov: ProvenanceSummary, rendered: dict[str, Any],
+                  papers: list[paper.PaperTable], exports: dict[str, str]) -> dict[str, Any]:
+    """Everything report.html.j2 renders; table cells are pre-formatted by ``render`` / ``paper``."""
     columns = leaderboard_columns(a.other, res.settings.baseline)
     per_delay = [(show(d), cell_rows(tables.ranked(a.cells[a.cells["delay"] == d]), columns))
-                 for d in sorted(a.cells["delay"].dropna().unique())]
+                 for d in sorted(a.cells["delay"].dropna().unique(), key=tables._sort_key)]
     unfinished = a.trials[a.trials["status"] != "completed"]
+    alarms = [f"Realized staleness after the warm-up differs from the configured delay {show(s['delay'])}: "
+              f"mean stale/mean {s['stale_mean']:.2f} over {s['trials']} trials"
+              for s in a.staleness.to_dict("records") if s["differs"]]
+    low = bool((a.board["seeds"] < stats.MIN_CONFIDENT_SEEDS).any()) if len(a.board) else False
     return {
         "suite": res.name,
         "notes": str(res.suite.get("notes") or ""),
@@ -138,6 +155,14 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
         "staleness": [{**s, "delay": show(s["delay"])} for s in a.staleness.to_dict("records")],
         "extras": extras,
         "provenance": prov,
+        "rendered": rendered,
+        "warnings": prov.warnings + alarms,
+        "low_confidence": low,
+        "min_seeds": stats.MIN_CONFIDENT_SEEDS,
+        "papers": [{"caption": t.caption(res.name), "header": paper.header(t), "rows": paper.text_rows(t),
+                    "best": [[bool(c and c.best) for c in r.cells] for r in t.rows]} for t in papers],
+        "exports": exports,
+        "docs_url": DOCS_URL,
     }
 
 
@@ -178,7 +203,7 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
         columns = leaderboard_columns([], bundle.get("baseline", "grpo"), compact=True)
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
                        "largest_delay": show(bundle.get("largest_delay")),
-                       "date": bundle.get("provenance", {}).get("date_utc", ""),
+                       "date": bundle.get("rendered", {}).get("date_utc", ""),
                        "columns": columns, "rows": cell_rows(board, columns)})
     html = _env().get_template("site.html.j2").render(suites=suites)
     out = reports_root / "index.html"

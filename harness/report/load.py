@@ -3,12 +3,20 @@
 Layout (written by the suite runner)::
 
     results/<suite>/suite.yaml
-    results/<suite>/<trial_id>/{params.json, config.yaml, metrics.jsonl, eval.jsonl, status.json}
+    results/<suite>/<trial_id>/{params.json, config.yaml, metrics.jsonl, eval.jsonl, status.json,
+                                provenance.json}
 
 Files may be missing or partial: a trial without status.json is shown as ``running``, an unreadable
 status.json as ``failed``, and unparseable JSONL lines (e.g. a truncated last line) are skipped and
 counted in the trial's ``notes``. No trial directory is dropped. A ``lab/`` directory (estimator lab
 output) and hidden directories are not trials. config.yaml is not read: params.json holds the grid point.
+
+params.json may carry two reserved list-valued keys that are not grid axes: ``ignored`` (axes the
+estimator does not read) and ``stands_for`` (estimators a shared on-policy trial stands for); they are
+kept as tuples in the ``ignored`` / ``stands_for`` columns (empty tuple when absent) for ``tables`` to
+expand. provenance.json (where the trial ran, with what) is kept per trial in ``SuiteResults.provenance``.
+Per-step metrics: the ones collapse and staleness use (``METRIC_KEYS``) plus estimator diagnostics
+(``DIAGNOSTIC_KEYS`` and every ``area/...frac`` key a trial logs).
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ import yaml
 
 from harness.report.collapse import CollapseRules
 
-TRIAL_FILES = ("params.json", "config.yaml", "metrics.jsonl", "eval.jsonl", "status.json")
+TRIAL_FILES = ("params.json", "config.yaml", "metrics.jsonl", "eval.jsonl", "status.json", "provenance.json")
 NOT_TRIALS = ("lab",)
 METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses
+DIAGNOSTIC_KEYS = ("is/ess_frac", "is/ratio_max", "policy/kl_behavior")  # plus every */...frac key logged
 LOSS_KEY = "loss/value"
 ACC_KEY = "eval/acc"
-RESERVED_PARAMS = ("trial_id", "seed")  # params.json keys that do not define a cell
+LIST_PARAMS = ("ignored", "stands_for")  # reserved list-valued params.json keys (not grid axes)
+RESERVED_PARAMS = ("trial_id", "seed", *LIST_PARAMS)  # params.json keys that do not define a cell
 CELL_AXES = ("algorithm", "delay")  # the two cell keys every report is organised by
 
 
@@ -69,8 +79,16 @@ class SuiteResults:
     settings: ReportSettings
     param_keys: list[str]  # params.json keys that define a cell (all but trial_id and seed)
     trials: pd.DataFrame  # one row per trial directory: trial_id, status, last_step, error, ... + params
-    metrics: pd.DataFrame  # long (trial_id, step, loss_nonfinite, METRIC_KEYS...)
+    metrics: pd.DataFrame  # long (trial_id, step, loss_nonfinite, METRIC_KEYS..., diagnostics...)
     evals: pd.DataFrame  # long (trial_id, step, eval/acc)
+    provenance: dict[str, dict[str, Any] | None]  # trial_id -> provenance.json (None: absent/unreadable)
+
+    @property
+    def diagnostic_keys(self) -> list[str]:
+        """Estimator diagnostics present in the metrics frame, in a stable order."""
+        keys = [c for c in self.metrics.columns if is_diagnostic(c)]
+        first, last = ("is/ess_frac", "is/ratio_max"), ("policy/kl_behavior",)
+        return sorted(keys, key=lambda k: (k in last, first.index(k) if k in first else len(first), k))
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -91,6 +109,12 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
                 rows.append(None)
     good = [r for r in rows if isinstance(r, dict)]
     return good, len(rows) - len(good)
+
+
+def is_diagnostic(key: str) -> bool:
+    """Whether a metrics.jsonl key is an estimator diagnostic the report plots: DIAGNOSTIC_KEYS and any
+    ``area/...frac`` key (``is/clip_frac``, ``gmc/capped_frac``, ``m2po/masked_frac``, ...)."""
+    return key in DIAGNOSTIC_KEYS or ("/" in key and key.endswith("frac"))
 
 
 def _to_float(value: Any) -> float:
@@ -143,6 +167,7 @@ def _read_status(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
 def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """params.json with non-scalar values flattened to JSON text, with a note when missing/unreadable."""
     path = trial_dir / "params.json"
+    notes: list[str] = []
     try:
         params = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(params, dict):
@@ -152,8 +177,35 @@ def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     except (ValueError, OSError):
         return {}, ["unreadable params.json"]
     flat = {k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True)
-            for k, v in params.items()}
-    return flat, []
+            for k, v in params.items() if k not in LIST_PARAMS}
+    for key in LIST_PARAMS:
+        value = params.get(key) or []
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            notes.append(f"params.json '{key}' is not a list of names (ignored)")
+            value = []
+        flat[key] = tuple(value)
+    return flat, notes
+
+
+def _read_provenance(trial_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """provenance.json as a dict; None (shown as "unknown") when absent, with a note when unreadable."""
+    path = trial_dir / "provenance.json"
+    if not path.is_file():
+        return None, []
+    try:
+        prov = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(prov, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, OSError):
+        return None, ["unreadable provenance.json"]
+    return prov, []
+
+
+def _metric_keys(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The per-step keys to keep: loss, METRIC_KEYS, and the diagnostics named in the first or last row
+    (reading two rows keeps this O(1) per trial; a metric logged only mid-run is not plotted)."""
+    named = {k for r in (rows[:1] + rows[-1:]) for k in r if is_diagnostic(k)}
+    return (LOSS_KEY, *METRIC_KEYS, *sorted(named - set(METRIC_KEYS)))
 
 
 def _trial_dirs(results_dir: Path) -> list[Path]:
@@ -184,13 +236,15 @@ def _read_suite(results_dir: Path) -> tuple[dict[str, Any], str]:
     return suite, hashlib.sha256(raw).hexdigest()
 
 
-def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """One trial: its table row (params, status, notes), its metric curve and its eval curve."""
+def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray],
+                                          dict[str, Any] | None]:
+    """One trial: its table row (params, status, notes), metric curve, eval curve and provenance."""
     params, notes = _read_params(trial_dir)
     status, status_notes = _read_status(trial_dir)
+    prov, prov_notes = _read_provenance(trial_dir)
     metric_rows, bad_m = read_jsonl(trial_dir / "metrics.jsonl")
     eval_rows, bad_e = read_jsonl(trial_dir / "eval.jsonl")
-    notes += status_notes
+    notes += status_notes + prov_notes
     notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, "metrics.jsonl"), (bad_e, "eval.jsonl"))
               if n]
     row = {
@@ -203,7 +257,9 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
         "diverged_step": status.get("diverged_step"),
         "notes": "; ".join(notes),
     }
-    return row, _curve(metric_rows, (LOSS_KEY, *METRIC_KEYS)), _curve(eval_rows, (ACC_KEY,))
+    for key in LIST_PARAMS:
+        row.setdefault(key, ())
+    return row, _curve(metric_rows, _metric_keys(metric_rows)), _curve(eval_rows, (ACC_KEY,)), prov
 
 
 def load_suite(results_dir: Path) -> SuiteResults:
@@ -215,12 +271,13 @@ def load_suite(results_dir: Path) -> SuiteResults:
     if not dirs:
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
                          "suite first or pass another results dir")
-    trial_rows, metric_parts, eval_parts = [], [], []
+    trial_rows, metric_parts, eval_parts, provenance = [], [], [], {}
     for d in dirs:
-        row, metric_curve, eval_curve = _read_trial(d)
+        row, metric_curve, eval_curve, prov = _read_trial(d)
         trial_rows.append(row)
         metric_parts.append((d.name, metric_curve))
         eval_parts.append((d.name, eval_curve))
+        provenance[d.name] = prov
     trials = pd.DataFrame(trial_rows)
     for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
         if key not in trials:
@@ -237,12 +294,20 @@ def load_suite(results_dir: Path) -> SuiteResults:
         trials=trials,
         metrics=_long_frame(metric_parts),
         evals=_long_frame(eval_parts),
+        provenance=provenance,
     )
 
 
 def _long_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFrame:
-    """Concatenate per-trial column dicts into one long frame with a categorical ``trial_id`` column."""
+    """Concatenate per-trial column dicts into one long frame with a categorical ``trial_id`` column; a
+    column some trials lack is NaN (False for the boolean ``loss_nonfinite``) in their rows."""
     n = [len(cols["step"]) for _, cols in parts]
     ids = pd.Categorical.from_codes(np.repeat(np.arange(len(parts)), n), [tid for tid, _ in parts])
-    data = {k: np.concatenate([cols[k] for _, cols in parts]) for k in parts[0][1]}
+    keys = list(dict.fromkeys(k for _, cols in parts for k in cols))
+    data = {}
+    for k in keys:
+        kind = next(cols[k].dtype for _, cols in parts if k in cols)
+        fill = False if kind == bool else np.nan
+        data[k] = np.concatenate([cols[k] if k in cols else np.full(len(cols["step"]), fill, dtype=kind)
+                                  for _, cols in parts])
     return pd.DataFrame({"trial_id": ids, **data})

@@ -66,18 +66,33 @@ def _text(key: str) -> Callable[[dict[str, Any]], Cell]:
     return value
 
 
-def _iqm_ci(r: dict[str, Any]) -> Cell:
-    f, lo, hi = _num(r.get("iqm_final")), _num(r.get("ci_low")), _num(r.get("ci_high"))
+LOW_CONFIDENCE_SEEDS = 5  # = stats.MIN_CONFIDENT_SEEDS (kept here so render stays numpy-free)
+
+
+def _final_ci(r: dict[str, Any]) -> Cell:
+    """``0.412 [0.380, 0.440]`` with ``*`` when fewer than 5 seeds, ``(1 seed)`` without an interval."""
+    f, lo, hi = _num(r.get("final")), _num(r.get("ci_low")), _num(r.get("ci_high"))
     if f is None:
         return DASH, ""
-    return (f"{f:.3f} [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else f"{f:.3f}"), f
+    seeds = _num(r.get("seeds")) or 0
+    if lo is None or hi is None:
+        return f"{f:.3f} ({seeds:.0f} seed{'s' if seeds != 1 else ''})", f
+    mark = "*" if seeds < LOW_CONFIDENCE_SEEDS else ""
+    return f"{f:.3f} [{lo:.3f}, {hi:.3f}]{mark}", f
 
 
 def _poi(baseline: str) -> Callable[[dict[str, Any]], Cell]:
+    """PoI vs the baseline with its bootstrap interval; below 5 seeds on either side the point alone,
+    marked ``*`` (``stats.poi_estimate`` says why)."""
     def value(r: dict[str, Any]) -> Cell:
         if r.get("algorithm") == baseline:
             return "baseline", ""
-        return _fixed("poi_vs_baseline", 2)(r)
+        p, lo, hi = _num(r.get("poi_vs_baseline")), _num(r.get("poi_low")), _num(r.get("poi_high"))
+        if p is None:
+            return DASH, ""
+        if lo is None or hi is None:
+            return f"{p:.2f}* (no CI below {LOW_CONFIDENCE_SEEDS} seeds)", p
+        return f"{p:.2f} [{lo:.2f}, {hi:.2f}]", p
     return value
 
 
@@ -89,7 +104,12 @@ def _collapse(r: dict[str, Any]) -> Cell:
 
 
 def _trial_notes(r: dict[str, Any]) -> Cell:
-    text = "; ".join(str(x) for x in (r.get("error"), r.get("notes")) if x)
+    shared = []
+    if r.get("stands_for"):
+        shared.append("stands for " + ", ".join(r["stands_for"]))
+    if r.get("ignored"):
+        shared.append("ignores " + ", ".join(r["ignored"]))
+    text = "; ".join(str(x) for x in (r.get("error"), r.get("notes"), *shared) if x)
     return text, text
 
 
@@ -102,15 +122,16 @@ def leaderboard_columns(other: list[str], baseline: str, compact: bool = False) 
     else:
         head.append(Column("algorithm", _text("algorithm"), numeric=False))
         head += [Column(k, _text(k)) for k in other]
-    main = [Column("IQM final acc [95% CI]", _iqm_ci)]
-    extra = [Column("mean final acc", _fixed("mean_final")), Column("best acc (IQM)", _fixed("iqm_best")),
-             Column("AUC acc (IQM)", _fixed("iqm_auc"))]
+    main = [Column("final acc [95% CI]", _final_ci), Column("statistic", _text("statistic"), numeric=False),
+            Column("vs leader", _text("vs_leader"), numeric=False)]
+    extra = [Column("best acc (IQM)", _fixed("iqm_best")), Column("AUC acc (IQM)", _fixed("iqm_auc"))]
     tail = [Column("collapse rate", _percent("collapse_rate")),
             Column("median steps to collapse", _integer("median_steps_to_collapse")),
-            Column(f"PoI vs {baseline}", _poi(baseline)),
+            Column(f"PoI vs {baseline} [95% CI]", _poi(baseline)),
             Column("seeds", _integer("seeds")),
             Column("status", _text("status_counts"), numeric=False)]
-    return head + main + ([] if compact else extra) + tail
+    notes = [] if compact else [Column("notes", _text("shared_note"), numeric=False)]
+    return head + main + ([] if compact else extra) + tail + notes
 
 
 def trial_columns(other: list[str]) -> list[Column]:
@@ -120,6 +141,7 @@ def trial_columns(other: list[str]) -> list[Column]:
             + [Column(k, _text(k)) for k in other]
             + [Column("seed", _text("seed")), Column("status", _text("status"), numeric=False),
                Column("last step", _integer("last_step")), Column("final acc", _fixed("final_acc")),
+               Column("AUC acc", _fixed("auc_acc")),
                Column("best acc", _fixed("best_acc")), Column("collapse", _collapse, numeric=False),
                Column("stale/mean", _fixed("stale_mean", 2)),
                Column("error / notes", _trial_notes, numeric=False)])

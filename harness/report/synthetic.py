@@ -27,7 +27,8 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def write_trial(suite_dir: Path, params: dict[str, Any], metrics: list[dict[str, Any]] | None,
-                evals: list[dict[str, Any]] | None, status: dict[str, Any] | None) -> Path:
+                evals: list[dict[str, Any]] | None, status: dict[str, Any] | None,
+                provenance: dict[str, Any] | None = None) -> Path:
     """Write one trial directory; a None argument leaves that file out. Returns the trial dir."""
     trial_dir = suite_dir / params["trial_id"]
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -40,7 +41,24 @@ def write_trial(suite_dir: Path, params: dict[str, Any], metrics: list[dict[str,
     if status is not None:
         (trial_dir / "status.json").write_text(json.dumps({"trial_id": params["trial_id"], **status}),
                                                encoding="utf-8")
+    if provenance is not None:
+        (trial_dir / "provenance.json").write_text(json.dumps(provenance), encoding="utf-8")
     return trial_dir
+
+
+def provenance(**overrides: Any) -> dict[str, Any]:
+    """A provenance.json in the runner's schema with fixed made-up values; ``overrides`` replace keys
+    (``packages`` entries are merged)."""
+    base: dict[str, Any] = {
+        "stalebench": "0.1.0", "git_commit": "a" * 40, "git_dirty": False,
+        "packages": {"torch": "2.5.1", "transformers": "4.46.0", "ray": "2.40.0", "mlflow": "2.18.0",
+                     "vllm": None, "deepspeed": None, "numpy": "2.1.3"},
+        "python": "3.11.7", "torch_threads": 2, "cpu": "x86_64", "gpu": None, "host": "node-1",
+        "base_model": {"name": "Qwen/Qwen3-0.6B", "sha256": "b" * 64}, "eval_set_sha256": "c" * 64,
+        "config_sha256": "d" * 64, "started_utc": "2026-11-30T10:00:00Z",
+    }
+    packages = {**base["packages"], **overrides.pop("packages", {})}
+    return {**base, **overrides, "packages": packages}
 
 
 def curves(rng: np.random.Generator, delay: int, steps: int, eval_every: int, collapse: bool,
@@ -72,7 +90,8 @@ def curves(rng: np.random.Generator, delay: int, steps: int, eval_every: int, co
 def write_suite(root: Path, name: str, algorithms: tuple[str, ...], delays: tuple[int, ...],
                 seeds: tuple[int, ...], steps: int = 40, eval_every: int = 5, eps: tuple[float, ...] = (0.2,),
                 group_sizes: tuple[int, ...] = (8,), collapsing: tuple[str, ...] = ("grpo",),
-                collapse_delay: int | None = None, suite_extra: dict[str, Any] | None = None) -> Path:
+                collapse_delay: int | None = None, suite_extra: dict[str, Any] | None = None,
+                with_provenance: bool = False) -> Path:
     """Write ``root/<dir>`` with suite.yaml and one completed trial per grid point and seed.
 
     The directory is named from ``name`` made filesystem-safe. Returns the suite directory.
@@ -91,5 +110,6 @@ def write_suite(root: Path, name: str, algorithms: tuple[str, ...], delays: tupl
         skill = 0.6 + 0.4 * algorithms.index(algo) / max(len(algorithms) - 1, 1)
         metrics, evals = curves(rng, delay, steps, eval_every, collapse, skill)
         write_trial(suite_dir, params, metrics, evals,
-                    {"status": "completed", "step": steps, "error": None, "diverged_step": None})
+                    {"status": "completed", "step": steps, "error": None, "diverged_step": None},
+                    provenance() if with_provenance else None)
     return suite_dir

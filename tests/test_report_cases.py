@@ -1,0 +1,242 @@
+"""The report on hand-made results directories, one per case the report used to get wrong: tied ranks,
+low-confidence intervals, relative and end-of-run collapse, diverged trials, staleness warm-up, shared
+trials, trial provenance, the paper table exports, palette and facet order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from harness.report import build_report, closing_table
+from harness.report import figures as fig
+from harness.report import paper, tables
+from harness.report.load import load_suite
+from harness.report.synthetic import provenance, write_trial
+
+EVAL_STEPS = list(range(0, 170, 10))  # 0, 10, ..., 160: a quickstart-like run of 160 steps
+
+
+def suite_dir(root: Path, name: str = "cases", **report: object) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    suite = {"suite": name, "version": 1}
+    if report:
+        suite["report"] = report
+    (d / "suite.yaml").write_text(yaml.safe_dump(suite))
+    return d
+
+
+def trial(d: Path, tid: str, algorithm: str, delay: int, seed: int, acc: list[float],
+          steps: list[int] | None = None, status: str = "completed", diverged_step: int | None = None,
+          stale: list[float] | None = None, prov: dict | None = None, **params: object) -> None:
+    """One trial with the given eval curve; metrics rows 1..last step with stale/mean (default:
+    min(step - 1, delay), i.e. a warm-up of `delay` steps then exactly `delay`)."""
+    steps = steps or EVAL_STEPS[:len(acc)]
+    last = diverged_step or steps[-1]
+    stale = stale or [float(min(s - 1, delay)) for s in range(1, last + 1)]
+    metrics = [{"step": s, "loss/value": 0.1, "stale/mean": st} for s, st in zip(range(1, last + 1), stale)]
+    write_trial(d, {"trial_id": tid, "algorithm": algorithm, "delay": delay, "seed": seed, **params},
+                metrics, [{"step": s, "eval/acc": a} for s, a in zip(steps, acc)],
+                {"status": status, "step": last, "error": None, "diverged_step": diverged_step}, prov)
+
+
+def analysis(d: Path) -> tables.Analysis:
+    return tables.analyse(load_suite(d))
+
+
+def test_ties_share_a_rank_and_the_leader_names_its_equals(tmp_path):
+    # gmc_grpo and grpo both end at exactly 0.340 on each seed; m2po at 0.300 with a tight spread
+    d = suite_dir(tmp_path)
+    for seed in range(5):
+        trial(d, f"grpo-{seed}", "grpo", 8, seed, [0.23, 0.34])
+        trial(d, f"gmc-{seed}", "gmc_grpo", 8, seed, [0.23, 0.34])
+        trial(d, f"m2po-{seed}", "m2po", 8, seed, [0.23, 0.30 + 0.001 * seed])
+    board = analysis(d).board.set_index("algorithm")
+    assert board.loc["grpo", "rank"] == board.loc["gmc_grpo", "rank"] == 1  # not 1 and 2 by name
+    assert board.loc["m2po", "rank"] == 3  # competition ranking: 1, 1, 3
+    assert board.loc["grpo", "vs_leader"] == board.loc["gmc_grpo", "vs_leader"] == "leader"
+    assert board.loc["m2po", "vs_leader"] == "below"  # [0.300, 0.304] vs [0.340, 0.340]: disjoint
+
+
+def test_overlapping_intervals_are_tied_with_the_leader(tmp_path):
+    d = suite_dir(tmp_path)
+    for seed, (a, b) in enumerate([(0.40, 0.30), (0.50, 0.45), (0.45, 0.55)]):
+        trial(d, f"grpo-{seed}", "grpo", 4, seed, [0.23, a])
+        trial(d, f"m2po-{seed}", "m2po", 4, seed, [0.23, b])
+    board = analysis(d).board.set_index("algorithm")
+    # means 0.45 and 0.433; t intervals (3 seeds) overlap widely -> indistinguishable from the leader
+    assert board.loc["grpo", "rank"] == 1 and board.loc["m2po", "vs_leader"] == "tied"
+
+
+def test_low_confidence_intervals_are_flagged_in_table_captions_and_page(tmp_path):
+    d = suite_dir(tmp_path)
+    for seed in range(3):  # 3 seeds per cell
+        for algo in ("grpo", "m2po"):
+            trial(d, f"{algo}-0-{seed}", algo, 0, seed, [0.23, 0.5 + 0.02 * seed])
+            trial(d, f"{algo}-8-{seed}", algo, 8, seed, [0.23, 0.4 + 0.02 * seed])
+    trial(d, "m2po-16-0", "m2po", 16, 0, [0.23, 0.35])  # a single seed: no interval at all
+    index = build_report(d, tmp_path / "out")
+    cells = json.loads((index.parent / "results.json").read_text())["cells"]
+    assert all(c["low_confidence"] for c in cells)
+    single = next(c for c in cells if c["delay"] == 16)
+    assert single["ci_low"] is None and single["ci_method"] == "none"  # not a zero-width "CI"
+    text = closing_table(index)
+    assert "LOW CONFIDENCE" in text and "0.420 [" in text and "]*" in text and "0.350 (1 seed)" in text
+    page = index.read_text()
+    assert 'class="lowconf"' in page
+    captions = json.loads((index.parent / "results.json").read_text())["figures"]
+    assert any("LOW CONFIDENCE" in f["caption"] for f in captions if f["file"] == "accuracy_vs_delay.png")
+
+
+def test_five_seeds_are_not_flagged(tmp_path):
+    d = suite_dir(tmp_path)
+    for seed in range(5):
+        trial(d, f"grpo-{seed}", "grpo", 0, seed, [0.23, 0.5 + 0.01 * seed])
+    cell = analysis(d).cells.iloc[0]
+    assert (cell["statistic"], cell["ci_method"], cell["low_confidence"]) == ("IQM", "bootstrap", False)
+    assert "LOW CONFIDENCE" not in paper.to_text(paper.paper_tables(analysis(d)), "x")
+
+
+def test_run_falling_from_027_to_007_is_collapsed_and_so_is_a_late_collapse(tmp_path):
+    d = suite_dir(tmp_path)
+    trial(d, "falls", "grpo", 8, 0, [0.23, 0.25, 0.27, 0.27] + [0.07] * 13)
+    trial(d, "late", "grpo", 8, 1, [0.23, 0.3, 0.4, 0.5] + [0.6] * 11 + [0.1, 0.1])  # last two evals
+    trial(d, "fine", "grpo", 8, 2, [0.23, 0.3, 0.4, 0.5] + [0.6] * 13)
+    t = analysis(d).trials.set_index("trial_id")
+    assert t.loc["falls", "collapsed"] and t.loc["falls", "collapse_reason"] == "below_start"
+    assert t.loc["falls", "collapse_step"] == 40
+    assert t.loc["late", "collapsed"] and t.loc["late", "collapse_reason"] == "below_start@end"
+    assert t.loc["late", "collapse_step"] == 150
+    assert not t.loc["fine", "collapsed"]
+    cell = analysis(d).cells.iloc[0]
+    assert (cell["n_collapsed"], cell["collapse_rate"]) == (2, pytest.approx(2 / 3))
+
+
+def test_diverged_at_50_scores_below_a_flat_run(tmp_path):
+    d = suite_dir(tmp_path)
+    # flat: 0.23 for all 160 steps -> final 0.23, AUC 0.23
+    trial(d, "flat", "grpo", 0, 0, [0.23] * 17)
+    # diverged: rises to 0.45 by step 40, diverges at step 50 (no evaluation after it).
+    # Scored: 0 at 50 and at every evaluation step 60..160. AUC by hand (trapezoids over 0..160):
+    # 0-10: (0.23+0.30)/2*10 = 2.65; 10-20: (0.30+0.35)/2*10 = 3.25; 20-30: (0.35+0.40)/2*10 = 3.75;
+    # 30-40: (0.40+0.45)/2*10 = 4.25; 40-50: (0.45+0)/2*10 = 2.25; 50-160: 0 -> 16.15 / 160 = 0.1009
+    trial(d, "div", "m2po", 0, 0, [0.23, 0.30, 0.35, 0.40, 0.45], status="diverged", diverged_step=50)
+    a = analysis(d)
+    t = a.trials.set_index("trial_id")
+    assert t.loc["div", "final_acc"] == 0.0 and t.loc["div", "best_acc"] == pytest.approx(0.45)
+    assert t.loc["div", "auc_acc"] == pytest.approx(16.15 / 160, abs=1e-9)
+    assert t.loc["flat", "auc_acc"] == pytest.approx(0.23)
+    assert t.loc["div", "auc_acc"] < t.loc["flat", "auc_acc"] and t.loc["div", "final_acc"] < 0.23
+    curve = a.scored_evals[a.scored_evals["trial_id"] == "div"]
+    assert curve["step"].tolist() == [0, 10, 20, 30, 40, 50, *range(60, 170, 10)]
+    assert curve["eval/acc"].iloc[5:].eq(0).all()  # the learning curve shows the zeros too
+
+
+def test_no_staleness_alarm_for_a_quickstart_like_run(tmp_path):
+    # delay 32 over 160 steps, stale/mean = min(step - 1, 32): mean over all steps is
+    # (0 + 1 + ... + 32 + 127 * 32) / 160 = (528 + 4064) / 160 = 28.7 (the old false alarm);
+    # after the warm-up (step > 32) it is exactly 32
+    d = suite_dir(tmp_path)
+    trial(d, "quick", "grpo", 32, 0, [0.23] * 17)
+    trial(d, "slow", "grpo", 16, 0, [0.23] * 17, stale=[8.0] * 160)  # realized 8 for delay 16: real
+    a = analysis(d)
+    stale = a.staleness.set_index("delay")
+    assert a.trials.set_index("trial_id").loc["quick", "stale_mean"] == pytest.approx(32.0)
+    assert not stale.loc[32, "differs"]
+    assert stale.loc[16, "differs"]
+    page = build_report(d, tmp_path / "out").read_text()
+    assert "differs from the configured delay 16" in page and "configured delay 32" not in page
+
+
+def test_shared_trials_fill_every_slice_and_every_estimator_they_stand_for(tmp_path):
+    d = suite_dir(tmp_path)
+    for e in (0.2, 0.28):
+        for algo in ("grpo", "tic_grpo"):
+            trial(d, f"{algo}-8-{e}", algo, 8, 0, [0.23, 0.4], eps=e)
+    trial(d, "m2po-8", "m2po", 8, 0, [0.23, 0.45], eps=None, ignored=["eps"])  # m2po ignores eps
+    trial(d, "onpolicy-0", "grpo", 0, 0, [0.23, 0.6], eps=None, ignored=["eps"],
+          stands_for=["grpo", "tic_grpo"])
+    a = analysis(d)
+    assert a.other == ["eps"]  # ignored / stands_for are not grid axes
+    cells = a.cells.set_index(["algorithm", "delay", "eps"])
+    assert cells.loc[("m2po", 8, 0.2), "final"] == cells.loc[("m2po", 8, 0.28), "final"] == 0.45
+    assert "\u03b5 not used by m2po" in cells.loc[("m2po", 8, 0.2), "shared_note"]
+    for algo in ("grpo", "tic_grpo"):
+        for e in (0.2, 0.28):
+            assert cells.loc[(algo, 0, e), "final"] == 0.6
+            assert "stands for grpo, tic_grpo" in cells.loc[(algo, 0, e), "shared_note"]
+    assert len(a.trials) == 6  # the trial list shows each directory once
+    text = paper.to_text(paper.paper_tables(a), "cases")
+    assert "0.600 (1 seed)\u2020" in text and "shared on-policy trial onpolicy-0" in text
+
+
+def test_provenance_comes_from_the_trials_and_warns_about_mixtures(tmp_path):
+    d = suite_dir(tmp_path)
+    trial(d, "a", "grpo", 0, 0, [0.23, 0.4], prov=provenance())
+    trial(d, "b", "grpo", 0, 1, [0.23, 0.4], prov=provenance(git_commit="f" * 40, git_dirty=True,
+                                                               packages={"torch": "2.6.0"}))
+    trial(d, "c", "grpo", 0, 2, [0.23, 0.4], prov=provenance(
+        base_model={"name": "Qwen/Qwen3-0.6B", "sha256": "e" * 64}, eval_set_sha256="9" * 64))
+    trial(d, "old", "grpo", 0, 3, [0.23, 0.4])  # older result: no provenance.json
+    page = build_report(d, tmp_path / "out").read_text()
+    box = page[page.index('<div class="warning-box"'):page.index("</div>", page.index('<div class="warning-box"'))]
+    for needle in ("mixes git commits", "mixes torch versions", "dirty git tree", "base models (sha256)",
+                   "eval sets (sha256)", "1 of 4 trials have no provenance.json"):
+        assert needle in box, needle
+    footer = page[page.index('<footer id="provenance">'):]
+    assert "<code>unknown</code> (1)" in footer and "2.6.0" in footer and "2.5.1" in footer
+
+
+def test_consistent_provenance_raises_no_warning(tmp_path):
+    d = suite_dir(tmp_path)
+    for seed in range(2):
+        trial(d, f"t{seed}", "grpo", 0, seed, [0.23, 0.4], prov=provenance(config_sha256=str(seed) * 64))
+    page = build_report(d, tmp_path / "out").read_text()
+    assert 'class="warning-box"' not in page
+    assert "2 distinct value(s)" in page  # config hashes differ per trial by design: a count, no warning
+
+
+def test_paper_table_exports_and_closing_table(tmp_path):
+    d = suite_dir(tmp_path, "paper_suite")
+    for seed in range(2):
+        for algo, base in (("grpo", 0.5), ("gmc_grpo", 0.6)):
+            for delay, drop in ((0, 0.0), (4, 0.05), (32, 0.2)):
+                trial(d, f"{algo}-{delay}-{seed}", algo, delay, seed, [0.23, base - drop + 0.01 * seed])
+    index = build_report(d, tmp_path / "out")
+    out = index.parent
+    md, tex, txt = ((out / f).read_text() for f in ("paper_table.md", "paper_table.tex", "paper_table.txt"))
+    assert txt == closing_table(index) == closing_table(out)
+    lines = [line for line in txt.splitlines() if line.startswith(("grpo", "gmc_grpo"))]
+    assert lines[0].startswith("grpo")  # the baseline's row first
+    # retained = acc@32 / acc@0: grpo (0.3 + 0.31) / 2 / ((0.5 + 0.51) / 2) = 0.305 / 0.505 = 60%
+    assert "60%" in lines[0]
+    assert "| estimator | delay 0 | delay 4 | delay 32 | retained @32 | delay AUC |" in md
+    assert "**0.605 [" in md  # gmc_grpo's delay-0 mean is the column's best
+    assert r"gmc\_grpo" in tex and r"\toprule" in tex and r"\textbf{0.605" in tex
+    assert "paper_table.md" in index.read_text()
+
+
+def test_every_estimator_gets_a_distinct_style():
+    names = ["grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis", "naive",
+             "decoupled", "some_new_one"]
+    styles = fig.estimator_style(names, "grpo")
+    assert list(styles)[0] == "grpo"  # baseline first
+    colours = np.array([s.colour for s in styles.values()])
+    gaps = np.linalg.norm(colours[:, None] - colours[None, :], axis=-1) + np.eye(len(names))
+    assert gaps.min() > 0.1  # no two estimators share (or nearly share) a colour
+    assert len({s.marker for s in styles.values()}) == len(names)
+
+
+def test_facets_sort_numerically(tmp_path):
+    d = suite_dir(tmp_path)
+    for g in (16, 4, 8):
+        for delay in (0, 4):
+            trial(d, f"grpo-{g}-{delay}", "grpo", delay, 0, [0.23, 0.4], group_size=g)
+    a = analysis(d)
+    plot = fig.PlotData.build(a, load_suite(d).metrics, [])
+    assert plot.slices == ["G=4", "G=8", "G=16"]
+    assert [t.slice for t in paper.paper_tables(a)] == ["G=4", "G=8", "G=16"]
