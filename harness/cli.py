@@ -140,9 +140,16 @@ def _cmd_run(args) -> int:
     out = Path(args.results) / suite.name
     print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     if args.report:
-        from .report import build_report
-        print(f"report: {build_report(out)}")
+        _report(out, None)
     return 0 if not counts.get("failed") else 1
+
+
+def _report(results: Path, out: Path | None) -> None:
+    """Write the report and end with the paper table in the terminal, like lm-eval's closing table."""
+    from .report import build_report, closing_table
+    index = build_report(results, out)
+    print(closing_table(index))
+    print(f"report: {index}")
 
 
 def _cmd_train(args) -> int:
@@ -187,8 +194,7 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import build_report
-    print(f"report: {build_report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out))}")
+    _report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out))
     return 0
 
 

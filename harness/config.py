@@ -16,14 +16,11 @@ from typing import Any, Mapping
 
 from algorithms import AGGREGATIONS, ADVANTAGE_MODES, check_params, loss_names
 
+from .errors import ConfigError
 from .lab.config import LabConfig
 
 
 DEFAULT_ESTIMATOR = "grpo"
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message is one line naming the key and the fix."""
 
 
 def _choice(key: str, value: object, valid: typing.Iterable[object]) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from .config import ConfigError
+from .errors import ConfigError
 
 MAX_FILE_BYTES = 1 << 20          # 1 MiB: suites and configs are a few kB
 MAX_NODES = 100_000               # values after alias expansion
