@@ -73,10 +73,10 @@ def _load(args):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from importlib.metadata import version
+    from .provenance import package_versions
 
     p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
-    p.add_argument("--version", action="version", version=f"stalebench {version('stalebench')}")
+    p.add_argument("--version", action="version", version=f"stalebench {package_versions(('stalebench',))['stalebench']}")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE to register its estimators (also: entry points 'stalebench.estimators')")
     sub = p.add_subparsers(dest="command", required=True)

@@ -23,7 +23,7 @@ from .delay import AsyncProducer, DelayBuffer
 from .models import base_identity, check_eval_set, load_model, problems_sha256
 from .rollout import make_engine
 from .rollout.base import Rollout
-from .rollout.hf import HFEngine, position_ids_from
+from .rollout.hf import CACHE, HFEngine, position_ids_from
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
 from .trialdir import Outcome, TrialDirError, config_sha256
@@ -64,13 +64,13 @@ def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: flo
         unique_mask = prompt_mask[::group_size]
         out = model(input_ids=prompt_ids[::group_size], attention_mask=unique_mask,
                     position_ids=position_ids_from(unique_mask), use_cache=True, logits_to_keep=1)
-        cache = out.cache
+        cache = out[CACHE]
         cache.batch_repeat_interleave(group_size)
         logits = out.logits.repeat_interleave(group_size, 0)                              # (b, 1, V)
         if T > 1:
             positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(T - 1, device=attn.device)
             rest = model(input_ids=response_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions,
-                         cache=cache, use_cache=True).logits                                 # (b, T-1, V)
+                         **{CACHE: cache}, use_cache=True).logits                                 # (b, T-1, V)
             logits = torch.cat([logits, rest], dim=1)
     else:
         logits = model(input_ids=torch.cat([prompt_ids, response_ids], 1), attention_mask=attn,

@@ -9,8 +9,13 @@ from __future__ import annotations
 import time
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .base import Rollout
+
+# transformers renamed the KV cache of a forward from `past_key_values` to `cache` during 5.x (5.24 warns
+# about the old name, 5.17 knows only it): use whichever this version's outputs carry.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def position_ids_from(mask: torch.Tensor) -> torch.Tensor:
@@ -45,7 +50,7 @@ class HFEngine:
         unique_mask = enc["attention_mask"].to(device)
         out = self.model(input_ids=enc["input_ids"].to(device), attention_mask=unique_mask,
                          position_ids=position_ids_from(unique_mask), use_cache=True)
-        cache = out.cache
+        cache = out[CACHE]
         if n > 1:
             cache.batch_repeat_interleave(n)
         logits = out.logits[:, -1].float().repeat_interleave(n, 0)                  # (B, V)
@@ -70,8 +75,8 @@ class HFEngine:
                 break
             attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype, device=device)], dim=1)
             out = self.model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos,
-                             cache=cache, use_cache=True)
-            cache = out.cache
+                             **{CACHE: cache}, use_cache=True)
+            cache = out[CACHE]
             logits = out.logits[:, -1].float()
             next_pos = next_pos + 1
         self.model.train(was_training)
