@@ -96,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("suite", help=SUITE_HELP)
     rep.add_argument("--results", default="results")
     rep.add_argument("--out", default=None, help="output directory (default: reports/<suite>)")
+    cmp = sub.add_parser("compare", help="two suites' results side by side, with differences and their CIs")
+    cmp.add_argument("a", help="results directory (or suite name) A")
+    cmp.add_argument("b", help="results directory (or suite name) B")
+    cmp.add_argument("--results", default="results")
     site = sub.add_parser("site", help="build reports/index.html from every suite's report")
     site.add_argument("--reports", default="reports")
     tr = sub.add_parser("train", help="run one trial of a suite in-process (debugging)")
@@ -198,6 +202,12 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_compare(args) -> int:
+    from .report.compare import compare
+    print(compare(results_dir(args.a, Path(args.results)), results_dir(args.b, Path(args.results))))
+    return 0
+
+
 def _cmd_site(args) -> int:
     from .report import build_site
     print(f"site: {build_site(Path(args.reports))}")
@@ -254,7 +264,8 @@ def _cmd_build_base(args) -> int:
 
 
 COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status": _cmd_status, "report": _cmd_report,
-            "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval, "build-base": _cmd_build_base}
+            "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval, "build-base": _cmd_build_base,
+            "compare": _cmd_compare}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -240,3 +240,25 @@ def test_facets_sort_numerically(tmp_path):
     plot = fig.PlotData.build(a, load_suite(d).metrics, [])
     assert plot.slices == ["G=4", "G=8", "G=16"]
     assert [t.slice for t in paper.paper_tables(a)] == ["G=4", "G=8", "G=16"]
+
+
+def test_compare_puts_two_suites_side_by_side_with_difference_intervals(tmp_path):
+    """B is A + 0.2 on grpo (5 seeds each: an IQM bootstrap interval that excludes 0) and equal on
+    gmc_grpo (2 seeds: a Welch interval, marked *, around 0)."""
+    from harness.report.compare import compare
+    from harness.report.stats import difference_estimate
+
+    for name, shift in (("a", 0.0), ("b", 0.2)):
+        d = suite_dir(tmp_path, name)
+        for seed in range(5):
+            trial(d, f"grpo-s{seed}", "grpo", 16, seed, [0.2, 0.3 + shift + 0.01 * seed])
+        for seed in range(2):
+            trial(d, f"gmc-s{seed}", "gmc_grpo", 16, seed, [0.2, 0.4 + 0.02 * seed])
+    text = compare(tmp_path / "a", tmp_path / "b")
+    rows = {ln.split()[0]: ln for ln in text.splitlines() if ln.startswith(("grpo", "gmc_grpo"))}
+    assert "+0.200" in rows["grpo"] and rows["grpo"].endswith("differs")
+    assert "+0.000" in rows["gmc_grpo"] and "*" in rows["gmc_grpo"] and not rows["gmc_grpo"].endswith("differs")
+    # Welch by hand: x = y = [0.40, 0.42], difference 0, s² = 0.0002 each, se = sqrt(2 · 0.0002/2) = 0.01414,
+    # dof = 2, t_0.975,2 = 4.3027: interval ±0.06085.
+    d = difference_estimate(np.array([0.40, 0.42]), np.array([0.40, 0.42]))
+    assert d.method == "t" and abs(d.hi - 0.060850) < 1e-5 and abs(d.lo + 0.060850) < 1e-5

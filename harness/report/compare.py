@@ -1,0 +1,58 @@
+"""`stalebench compare A B`: two suites' results side by side, cell by cell, with the difference and its
+95% interval (before/after a code change, two learning rates, two machines).
+
+Cells are matched on the cell keys both suites share (estimator, delay, and any other grid key); the
+per-seed final accuracies are the report's (diverged trials score 0 from the divergence on), and the
+difference uses ``stats.difference_estimate`` (IQM bootstrap with >= 5 seeds a side, Welch t below,
+marked `*`). "differs" means the interval excludes 0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.report import stats
+from harness.report.load import load_suite
+from harness.report.tables import FINISHED, analyse
+
+
+def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str]]:
+    res = load_suite(Path(results_dir))
+    a = analyse(res)
+    keys = ["algorithm", "delay", *a.other]
+    done = a.cell_trials[a.cell_trials["status"].isin(FINISHED)]
+    cells = {}
+    for values, group in done.groupby(keys, dropna=False, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        cells[tuple(values)] = group["final_acc"].to_numpy(dtype=float)
+    return res.name, cells, keys
+
+
+def compare(a_dir: Path, b_dir: Path) -> str:
+    name_a, cells_a, keys_a = _finals(a_dir)
+    name_b, cells_b, keys_b = _finals(b_dir)
+    if keys_a != keys_b:
+        raise ValueError(f"{a_dir} and {b_dir} vary different grid keys ({', '.join(keys_a)} vs {', '.join(keys_b)}); "
+                         f"compare suites with the same axes")
+    common = sorted(set(cells_a) & set(cells_b), key=lambda k: tuple(str(v) for v in k))
+    if not common:
+        raise ValueError(f"{a_dir} and {b_dir} have no cell (estimator, delay, ...) in common")
+    head = [*keys_a, f"A {name_a}", f"B {name_b}", "B - A [95% CI]", ""]
+    rows = []
+    for key in common:
+        ea, eb = stats.estimate(cells_a[key]), stats.estimate(cells_b[key])
+        d = stats.difference_estimate(cells_b[key], cells_a[key])
+        interval = f" [{d.lo:+.3f}, {d.hi:+.3f}]" if d.method != "none" else " (no interval)"
+        differs = d.method != "none" and (d.lo > 0 or d.hi < 0)
+        rows.append([*map(str, key), f"{ea.point:.3f} (n={ea.n})", f"{eb.point:.3f} (n={eb.n})",
+                     f"{d.point:+.3f}{interval}{'*' if d.low_confidence and d.method != 'none' else ''}",
+                     "differs" if differs else ""])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+    only = len(set(cells_a) ^ set(cells_b))
+    notes = [f"A = {a_dir}, B = {b_dir}: final held-out accuracy per cell ({len(common)} cells in common"
+             + (f", {only} in only one" if only else "") + ").",
+             "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval); "
+             "'differs' = the interval excludes 0."]
+    return "\n".join([*notes, line(head), *map(line, rows)])
