@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from .config import ConfigError
+from .errors import ConfigError
 
 
 SUITE_HELP = "a suite file, a suite name under suites/ (quickstart), or a results directory (results/quickstart)"
@@ -188,6 +188,10 @@ def _cmd_check(args) -> int:
     print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
     for t in trials:
         print(f"  {t.trial_id}")
+    from .report.stats import MIN_CONFIDENT_SEEDS
+    if len(suite.seeds) < MIN_CONFIDENT_SEEDS:
+        print(f"warning: {len(suite.seeds)} seed(s) per cell; the report marks intervals from fewer than "
+              f"{MIN_CONFIDENT_SEEDS} seeds as low-confidence (docs/report.md)", file=sys.stderr)
     return 0
 
 
