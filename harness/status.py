@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
-from .trialdir import ENDED, is_trial_dir, read_jsonl, read_status
+from .trialdir import ENDED, is_trial_dir, last_step, read_jsonl, read_status
 from .yamlio import load_yaml_file
 
 ORDER = ("running", "failed", "diverged", "completed", "pending")
@@ -38,23 +38,6 @@ def status_name(status: dict[str, Any]) -> str:
     """The "status" of a read_status() dict, printable: "pending" if absent, "unknown" if not a string."""
     name = status.get("status", "pending")
     return printable(name)[:20] if isinstance(name, str) else "unknown"
-
-
-def last_step(trial_dir: Path) -> int:
-    """The last step in metrics.jsonl, read from the end of the file (0 if none)."""
-    try:
-        with open(Path(trial_dir) / "metrics.jsonl", "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return 0
-    for line in reversed(lines):
-        try:
-            return int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return 0
 
 
 def last_eval(trial_dir: Path, metric: str = "eval/acc", first: bool = False) -> float | None:

@@ -54,12 +54,19 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON-object file: (data, None), or (None, "missing" | "unreadable") — never raises."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, "missing"
     except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return None, "unreadable"
+    return (data, None) if isinstance(data, dict) else (None, "unreadable")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return read_object(path)[0] or {}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,9 +160,33 @@ def write_start(trial_dir: Path, config: Mapping[str, Any], params: Mapping[str,
     write_atomic(trial_dir / "provenance.json", json.dumps(dict(provenance), indent=1))
 
 
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines, for readers that
+    report damage rather than stop on it (the report); ([], 0) if absent. Fast for large files."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    except (FileNotFoundError, IsADirectoryError):
+        return [], 0
+    if not text:
+        return [], 0
+    try:  # fast path: the whole file as one JSON array
+        rows = json.loads("[" + text.replace("\n", ",") + "]")
+    except json.JSONDecodeError:  # a torn or damaged line: parse line by line
+        rows = []
+        for line in filter(str.strip, text.splitlines()):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                rows.append(None)
+    good = [r for r in rows if isinstance(r, dict)]
+    return good, len(rows) - len(good)
+
+
 def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:
     """Rows of a JSONL file. A torn last line (a writer killed mid-line) is dropped; a damaged line
     anywhere else is skipped, or with `strict` raises TrialDirError (resume must not drop rows)."""
+    if not strict:
+        return read_rows(path)[0]
     try:
         lines = Path(path).read_text().splitlines()
     except FileNotFoundError:
@@ -175,6 +206,23 @@ def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:
             continue
         rows.append(row)
     return rows
+
+
+def last_step(trial_dir: Path) -> int:
+    """The last step in metrics.jsonl, read from the end of the file (0 if none): cheap for live views."""
+    try:
+        with open(Path(trial_dir) / "metrics.jsonl", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
 
 
 def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:

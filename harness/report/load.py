@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from harness import trialdir
 from harness.report.collapse import CollapseRules
 
 TRIAL_FILES = ("params.json", "config.yaml", "metrics.jsonl", "eval.jsonl", "status.json", "provenance.json")
-NOT_TRIALS = ("lab",)
 METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses
 DIAGNOSTIC_KEYS = ("is/ess_frac", "is/ratio_max", "policy/kl_behavior")  # plus every */...frac key logged
 LOSS_KEY = "loss/value"
@@ -91,26 +91,6 @@ class SuiteResults:
         return sorted(keys, key=lambda k: (k in last, first.index(k) if k in first else len(first), k))
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines; ([], 0) if absent."""
-    if not path.is_file():
-        return [], 0
-    text = path.read_text(encoding="utf-8", errors="replace").strip()
-    if not text:
-        return [], 0
-    try:  # fast path: the whole file as one JSON array
-        rows = json.loads("[" + text.replace("\n", ",") + "]")
-    except json.JSONDecodeError:  # a truncated or blank line: parse line by line, skip what fails
-        rows = []
-        for line in filter(str.strip, text.splitlines()):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                rows.append(None)
-    good = [r for r in rows if isinstance(r, dict)]
-    return good, len(rows) - len(good)
-
-
 def is_diagnostic(key: str) -> bool:
     """Whether a metrics.jsonl key is an estimator diagnostic the report plots: DIAGNOSTIC_KEYS and any
     ``area/...frac`` key (``is/clip_frac``, ``gmc/capped_frac``, ``m2po/masked_frac``, ...)."""
@@ -152,30 +132,20 @@ def _curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.nd
 
 def _read_status(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """status.json as a dict, with notes for a missing or unreadable file."""
-    path = trial_dir / "status.json"
-    if not path.is_file():
+    status, problem = trialdir.read_object(trial_dir / "status.json")
+    if problem == "missing":
         return {"status": "running"}, ["no status.json (shown as running)"]
-    try:
-        status = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(status, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, OSError) as exc:
-        return {"status": "failed", "error": f"unreadable status.json: {exc}"}, ["unreadable status.json"]
+    if status is None:
+        return {"status": "failed", "error": "unreadable status.json"}, ["unreadable status.json"]
     return status, []
 
 
 def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """params.json with non-scalar values flattened to JSON text, with a note when missing/unreadable."""
-    path = trial_dir / "params.json"
+    params, problem = trialdir.read_object(trial_dir / "params.json")
+    if params is None:
+        return {}, [f"{'no' if problem == 'missing' else 'unreadable'} params.json"]
     notes: list[str] = []
-    try:
-        params = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(params, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return {}, ["no params.json"]
-    except (ValueError, OSError):
-        return {}, ["unreadable params.json"]
     flat = {k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True)
             for k, v in params.items() if k not in LIST_PARAMS}
     for key in LIST_PARAMS:
@@ -189,16 +159,8 @@ def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
 
 def _read_provenance(trial_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
     """provenance.json as a dict; None (shown as "unknown") when absent, with a note when unreadable."""
-    path = trial_dir / "provenance.json"
-    if not path.is_file():
-        return None, []
-    try:
-        prov = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(prov, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, OSError):
-        return None, ["unreadable provenance.json"]
-    return prov, []
+    prov, problem = trialdir.read_object(trial_dir / "provenance.json")
+    return prov, (["unreadable provenance.json"] if problem == "unreadable" else [])
 
 
 def _metric_keys(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -210,11 +172,8 @@ def _metric_keys(rows: list[dict[str, Any]]) -> tuple[str, ...]:
 
 def _trial_dirs(results_dir: Path) -> list[Path]:
     """Subdirectories holding at least one trial file, sorted by name."""
-    return sorted(
-        d for d in results_dir.iterdir()
-        if d.is_dir() and not d.name.startswith(".") and d.name not in NOT_TRIALS
-        and any((d / f).exists() for f in TRIAL_FILES)
-    )
+    return sorted(d for d in results_dir.iterdir()
+                  if trialdir.is_trial_dir(d) and any((d / f).exists() for f in TRIAL_FILES))
 
 
 def _read_suite(results_dir: Path) -> tuple[dict[str, Any], str]:
@@ -242,8 +201,8 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
     params, notes = _read_params(trial_dir)
     status, status_notes = _read_status(trial_dir)
     prov, prov_notes = _read_provenance(trial_dir)
-    metric_rows, bad_m = read_jsonl(trial_dir / "metrics.jsonl")
-    eval_rows, bad_e = read_jsonl(trial_dir / "eval.jsonl")
+    metric_rows, bad_m = trialdir.read_rows(trial_dir / "metrics.jsonl")
+    eval_rows, bad_e = trialdir.read_rows(trial_dir / "eval.jsonl")
     notes += status_notes + prov_notes
     notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, "metrics.jsonl"), (bad_e, "eval.jsonl"))
               if n]

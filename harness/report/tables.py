@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from harness import trialdir
 from harness.report import collapse as col
 from harness.report import stats
 from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults
 from harness.report.render import show
 
-FINISHED = ("completed", "diverged")
+FINISHED = trialdir.FINAL  # the statuses whose results count
 STATUSES = ("completed", "diverged", "failed", "running")
 AXIS_SYMBOLS = {"eps": "\u03b5", "group_size": "G"}  # how a grid key is written in notes and labels
 CELL_COLUMNS = ("config", "seeds", "final", "ci_low", "ci_high", "statistic", "ci_method", "low_confidence",
