@@ -220,10 +220,23 @@ def reinforce_token_loss(weight: Tensor, inp: LossInputs) -> Tensor:
     return -(weight.detach() * inp.advantages).unsqueeze(1) * inp.logp
 
 
-def ppo_clip_token_loss(ratio: Tensor, adv: Tensor, low: Tensor | float, high: Tensor | float) -> Tensor:
-    """ℓ = max(−A ρ, −A clip(ρ, low, high)), A broadcast over tokens: (B, T)."""
+def ppo_clip_token_loss(ratio: Tensor, adv: Tensor, low: Tensor | float, high: Tensor | float,
+                        dual_clip: float | None = None) -> Tensor:
+    """ℓ = max(−A ρ, −A clip(ρ, low, high)), A broadcast over tokens: (B, T); with a dual clip c > 1,
+    ℓ = min(ℓ, −c A) where A < 0."""
     adv = adv.unsqueeze(1)
-    return torch.maximum(-adv * ratio, -adv * ratio.clamp(low, high))
+    loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(low, high))
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1; got {dual_clip}")
+        loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)
+    return loss
+
+
+def clipped_tokens(ratio: Tensor, adv: Tensor, low: Tensor | float, high: Tensor | float) -> tuple[Tensor, Tensor]:
+    """(B, T) masks of the tokens whose PPO clip is active: (A < 0 ∧ ρ < low, A > 0 ∧ ρ > high)."""
+    r, adv = ratio.detach(), adv.unsqueeze(1)
+    return (adv < 0) & (r < low), (adv > 0) & (r > high)
 
 
 def proximal_log_prob(inp: LossInputs) -> Tensor:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import (MAX_TOKEN_LOG_RATIO, BatchContext, LossInputs, masked_mean, ppo_clip_token_loss,
-                     proximal_log_prob, proximal_ratio)
+from .common import (MAX_TOKEN_LOG_RATIO, BatchContext, LossInputs, clipped_tokens, masked_mean,
+                     ppo_clip_token_loss, proximal_log_prob, proximal_ratio)
 from .registry import register
 
 
@@ -31,12 +31,7 @@ def decoupled(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_high: float
               dual_clip: float | None = None, behavior_weight_cap: float | None = None):
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
     ratio = proximal_ratio(inp)                                  # (B, T)
-    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high)
-    adv = inp.advantages.unsqueeze(1)
-    if dual_clip is not None:
-        if dual_clip <= 1.0:
-            raise ValueError(f"dual_clip must be > 1; got {dual_clip}")
-        loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)
+    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high, dual_clip)
     behavior_log = ((proximal_log_prob(inp) - inp.logp_behavior) * inp.mask).clamp(-MAX_TOKEN_LOG_RATIO,
                                                                                    MAX_TOKEN_LOG_RATIO)
     weight = torch.exp(behavior_log)                             # (B, T), detached
@@ -46,8 +41,7 @@ def decoupled(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_high: float
             raise ValueError(f"behavior_weight_cap must be > 1; got {behavior_weight_cap}")
         dropped = (weight > behavior_weight_cap) & inp.mask
         weight = torch.where(dropped, torch.zeros_like(weight), weight)
-    r = ratio.detach()
-    clipped = ((adv < 0) & (r < low)) | ((adv > 0) & (r > high))
-    return weight * loss, {"decoupled/clip_frac": masked_mean(clipped.float(), inp.mask),
+    clip_low, clip_high = clipped_tokens(ratio, inp.advantages, low, high)
+    return weight * loss, {"decoupled/clip_frac": masked_mean((clip_low | clip_high).float(), inp.mask),
                            "decoupled/behavior_weight_mean": masked_mean(weight, inp.mask),
                            "decoupled/dropped_frac": masked_mean(dropped.float(), inp.mask)}

@@ -17,9 +17,7 @@ Deviations from the papers:
 """
 from __future__ import annotations
 
-import torch
-
-from .common import BatchContext, LossInputs, masked_mean, ppo_clip_token_loss, token_ratio
+from .common import BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_clip_token_loss, token_ratio
 from .registry import register
 
 
@@ -29,15 +27,8 @@ def grpo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_low: float | Non
     low = 1.0 - (eps if eps_low is None else eps_low)
     high = 1.0 + (eps if eps_high is None else eps_high)
     ratio = token_ratio(inp)                                     # (B, T)
-    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high)
-    adv = inp.advantages.unsqueeze(1)
-    if dual_clip is not None:
-        if dual_clip <= 1.0:
-            raise ValueError(f"dual_clip must be > 1; got {dual_clip}")
-        loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)
-    r = ratio.detach()
-    clip_low = (adv < 0) & (r < low)
-    clip_high = (adv > 0) & (r > high)
+    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high, dual_clip)
+    clip_low, clip_high = clipped_tokens(ratio, inp.advantages, low, high)
     metrics = {
         "is/clip_frac_low": masked_mean(clip_low.float(), inp.mask),
         "is/clip_frac_high": masked_mean(clip_high.float(), inp.mask),

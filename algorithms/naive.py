@@ -15,7 +15,7 @@ baseline of ours: it measures what ignoring staleness costs.
 """
 from __future__ import annotations
 
-from .common import BatchContext, LossInputs, masked_mean, ppo_clip_token_loss, proximal_ratio
+from .common import BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_clip_token_loss, proximal_ratio
 from .registry import register
 
 
@@ -24,6 +24,5 @@ def naive(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_high: float | N
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
     ratio = proximal_ratio(inp)                                  # (B, T)
     loss = ppo_clip_token_loss(ratio, inp.advantages, low, high)
-    r, adv = ratio.detach(), inp.advantages.unsqueeze(1)
-    clipped = ((adv < 0) & (r < low)) | ((adv > 0) & (r > high))
-    return loss, {"naive/clip_frac": masked_mean(clipped.float(), inp.mask)}
+    clip_low, clip_high = clipped_tokens(ratio, inp.advantages, low, high)
+    return loss, {"naive/clip_frac": masked_mean((clip_low | clip_high).float(), inp.mask)}

@@ -13,11 +13,12 @@ about how the trials were run). Versions come from distribution metadata; nothin
 from __future__ import annotations
 
 import datetime as dt
-import importlib.metadata as md
 import platform
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
+
+from harness.provenance import package_versions
 
 UNKNOWN = "unknown"
 # Fields shown, in order: (dotted key, label). Dotted keys address nested objects (packages.torch).
@@ -93,23 +94,11 @@ def summarize(provenance: dict[str, dict[str, Any] | None]) -> ProvenanceSummary
     return ProvenanceSummary(fields, warnings, len(flat), missing, (starts[0], starts[-1]) if starts else None)
 
 
-def package_versions(names: tuple[str, ...] = ("stalebench", "numpy", "pandas", "matplotlib", "seaborn",
-                                               "scipy")) -> dict[str, str]:
-    """Installed version of each distribution in the rendering process, "not installed" where absent."""
-    versions = {}
-    for name in names:
-        try:
-            versions[name] = md.version(name)
-        except md.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
 def rendering_info(suite_sha256: str) -> dict[str, object]:
     """How this report was rendered (footnote; JSON-serialisable)."""
     return {
         "suite_sha256": suite_sha256,
-        "packages": package_versions(),
+        "packages": package_versions(("stalebench", "numpy", "pandas", "matplotlib", "seaborn", "scipy")),
         "python": platform.python_version(),
         "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
