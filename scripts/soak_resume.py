@@ -6,8 +6,9 @@ run the same command again until the suite is done, then check that nothing was 
 1. Builds a tiny random Qwen3-architecture model in <work>/model (as tests/conftest.py does).
 2. Runs the suite once without interruption into <work>/reference (the values to compare against).
 3. Runs it into <work>/soak, SIGKILLing the whole process group of `python -m harness.cli run` after a
-   random wait in [--min-wait, --max-wait] seconds (default max: 40% of the reference run's time), --kills
-   times; processes of the driver's session that survive the group kill (Ray's) are killed too.
+   random wait in [--min-wait, --max-wait] seconds (default: from half the reference run's start-up, the
+   time to its first metrics row, to start-up + 2 x its training time / kills), --kills times; processes
+   of the driver's session that survive the group kill (Ray's) are killed too.
 4. Runs it once more to the end and checks: every trial completed; metrics.jsonl and eval.jsonl hold
    exactly one row per step; every row equals the reference run's (perf/* keys ignored: timings);
    MLflow (the default SQLite store <work>/soak/mlflow.db) holds one live child run per trial, FINISHED,
@@ -97,18 +98,22 @@ def kill_session(sid: int) -> int:
     return killed
 
 
-def run_to_end(cmd: list[str], cwd: Path, log: Path, timeout_s: float) -> tuple[int, float]:
-    start = time.time()
+def run_to_end(cmd: list[str], cwd: Path, log: Path, timeout_s: float, watch: Path | None = None
+               ) -> tuple[int, float, float]:
+    """Run to the end: (exit status, seconds, seconds until the first metrics row appeared under `watch`)."""
+    start, first_row = time.time(), None
     with open(log, "a") as f:
         proc = subprocess.Popen(cmd, cwd=cwd, env=cli_env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        while proc.poll() is None and time.time() - start < timeout_s:
+            if first_row is None and watch is not None and any(p.stat().st_size for p in watch.glob("*/metrics.jsonl")):
+                first_row = time.time() - start
+            time.sleep(0.2)
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = -9
+        rc = proc.wait()
         kill_session(proc.pid)
-    return rc, time.time() - start
+    seconds = time.time() - start
+    return rc, seconds, first_row if first_row is not None else seconds
 
 
 def soak(cmd: list[str], cwd: Path, log: Path, kills: int, rng: random.Random, lo: float, hi: float) -> dict:
@@ -217,8 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=3)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--min-wait", type=float, default=2.0, help="seconds before a kill, at least")
-    p.add_argument("--max-wait", type=float, default=None, help="at most (default: 0.4 x the reference run)")
+    p.add_argument("--min-wait", type=float, default=None,
+                   help="seconds before a kill, at least (default: half the reference run's start-up)")
+    p.add_argument("--max-wait", type=float, default=None,
+                   help="at most (default: start-up + 2 x the training time / kills)")
     p.add_argument("--work", type=Path, default=None, help="working directory (default: a new temp dir)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed for an uninterrupted run")
     args = p.parse_args(argv)
@@ -227,21 +234,26 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     suite = write_suite(work, build_model(work / "model"), args.trials, args.steps, args.checkpoint_every, args.eval_every)
-    rc, ref_s = run_to_end(run_cmd(suite, work / "reference"), work, work / "reference.log", args.timeout)
-    print(f"soak: reference run: exit {rc} in {ref_s:.0f} s ({work / 'reference'})", flush=True)
+    rc, ref_s, startup_s = run_to_end(run_cmd(suite, work / "reference"), work, work / "reference.log", args.timeout,
+                                      watch=work / "reference" / "soak")
+    print(f"soak: reference run: exit {rc} in {ref_s:.0f} s, first row after {startup_s:.0f} s ({work / 'reference'})",
+          flush=True)
     if rc != 0:
         print((work / "reference.log").read_text()[-3000:])
         return 1
-    hi = args.max_wait or max(args.min_wait + 1, 0.4 * ref_s)
+    # Kill moments: from mid start-up to a little past a share of the training time, so that most kills
+    # land while trials train and write, some during start-up, and the kills do not finish the suite.
+    lo = args.min_wait if args.min_wait is not None else 0.5 * startup_s
+    hi = args.max_wait or max(lo + 1, startup_s + 2 * (ref_s - startup_s) / max(args.kills, 1))
     stats = soak(run_cmd(suite, work / "soak"), work, work / "soak.log", args.kills, random.Random(args.seed),
-                 args.min_wait, hi)
-    print(f"soak: {stats['kills']} kills (SIGKILL of the driver's process group after {args.min_wait:g}-{hi:.0f} s, "
+                 lo, hi)
+    print(f"soak: {stats['kills']} kills (SIGKILL of the driver's process group after {lo:.0f}-{hi:.0f} s, "
           f"seed {args.seed}); {stats['ended_early']} runs ended before their kill; "
           f"{stats['stragglers']} processes outlived their group and were killed", flush=True)
     reruns = 0
     while True:
         reruns += 1
-        rc, final_s = run_to_end(run_cmd(suite, work / "soak"), work, work / "soak.log", args.timeout)
+        rc, final_s, _ = run_to_end(run_cmd(suite, work / "soak"), work, work / "soak.log", args.timeout)
         if rc == 0 or reruns >= 3:
             break
     print(f"soak: final run: exit {rc} in {final_s:.0f} s ({reruns} run(s))", flush=True)

@@ -379,3 +379,20 @@ def test_results_path_that_is_a_file_is_one_line(tmp_path, tiny_base, where):
     with pytest.raises(ConfigError, match="exists and is not a directory") as err:
         run_suite(suite, results_root=root, progress=False)
     failed_message(err)
+
+
+# ---------------------------------------------------------------- 7: kill-and-resume soak (short)
+
+
+@pytest.mark.slow      # 3 kills + 2 full runs of a 2-trial suite: 2-4 min on 2 shared cores
+def test_soak_resume_short(tmp_path, capsys):
+    """scripts/soak_resume.py with 3 kills: every row once, equal to an uninterrupted run, in files and MLflow."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import soak_resume
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    rc = soak_resume.main(["--kills", "3", "--trials", "2", "--steps", "12", "--eval-every", "4", "--seed", "1",
+                           "--work", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "soak: OK" in out and "soak: 3 kills" in out, out
