@@ -137,7 +137,7 @@ def cases() -> list[Case]:
         check(base(train__steps=0), "value: steps 0"),
         check(base(train__lr=-1e-3), "value: negative lr"),
         check(base(group_size=1), "value: group_size 1"),
-        check(base(algorithm="ppo_magic"), "value: unknown estimator"),
+        check(suite(grid={"algorithm": ["grpo", "ppo_magic"]}), "value: unknown estimator"),
         check(base(task__name="mnist"), "value: unknown task"),
         check(base(model__kind="remote"), "value: unknown model kind"),
         check(base(model__base="tiny-addrev-v999"), "value: unknown frozen base"),
@@ -220,7 +220,8 @@ def cases() -> list[Case]:
         Case("report: an empty directory", ["report", "{d}/empty"], setup=lambda d: (d / "empty").mkdir()),
         Case("report: hostile metrics and params", ["report", "{d}/results/s1", "--out", "{d}/rep"],
              setup=results_with(status='{"status": "completed", "step": 4}', params=json.dumps({"x": HOSTILE}),
-                                metrics='{"step": 1, "loss/value": 1e999}\n[1]\n{"step": "x"}\n' + HOSTILE)),
+                                metrics='{"step": 1, "loss/value": 1e999}\n[1]\n{"step": "x"}\n' + HOSTILE),
+             expect="shown"),
     ]
     return c
 
