@@ -160,10 +160,11 @@ def _cmd_train(args) -> int:
     from .models import base_identity
     from .suite import expand, select
     from .trial import TrialFailed, check_identity, run_trial
+    from .trialdir import suite_results_dir
 
     suite = _load(args)
     trial = select(expand(suite), args.trial)
-    suite_dir = Path(args.results) / suite.name
+    suite_dir = suite_results_dir(Path(args.results), suite.name)
     base_identity(trial.config.model) if trial.config.lab is None else None
     check_identity([trial], suite_dir, args.on_change)
     try:

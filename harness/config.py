@@ -21,6 +21,7 @@ from .lab.config import LabConfig
 
 
 DEFAULT_ESTIMATOR = "grpo"
+MAX_STEPS = 10_000_000                     # a bound on train.steps (a typo of 10**30 would never end)
 
 
 def _choice(key: str, value: object, valid: typing.Iterable[object]) -> None:
@@ -102,6 +103,8 @@ class TrainConfig:
     def validate(self, key: str) -> None:
         for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads"):
             _positive(f"{key}.{name}", getattr(self, name))
+        if self.steps > MAX_STEPS:
+            raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
         for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
             _positive(f"{key}.{name}", getattr(self, name), strict=False)
         if self.micro_batch_size is not None:

@@ -26,6 +26,9 @@ SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrid
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
+                              # for a path segment; trial ids and timestamps are appended to it)
+MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
 
 
 @dataclass(frozen=True)
@@ -33,15 +36,16 @@ class Resources:
     cpu: float = 1.0              # CPUs per trial
     gpu: float = 0.0              # GPUs per trial
     max_concurrent: int | None = None   # trials at once (default: as many as fit)
-    max_failures: int = 1         # retries of a trial that raised (transient failures)
+    max_failures: int = 1         # retries of a trial that raised (transient failures), 0..MAX_FAILURES
 
     def validate(self, key: str) -> None:
         if self.cpu <= 0 or self.gpu < 0:
             raise ConfigError(f"{key}: cpu must be > 0 and gpu >= 0; got cpu={self.cpu}, gpu={self.gpu}")
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise ConfigError(f"{key}.max_concurrent: must be >= 1 (or omitted: as many as fit); got {self.max_concurrent}")
-        if self.max_failures < -1:
-            raise ConfigError(f"{key}.max_failures: must be >= -1 (-1: retry forever); got {self.max_failures}")
+        if not 0 <= self.max_failures <= MAX_FAILURES:     # Tune's -1 (retry forever) loops on a deterministic bug
+            raise ConfigError(f"{key}.max_failures: must be between 0 and {MAX_FAILURES} (retries of a failed "
+                              f"trial); got {self.max_failures}")
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,10 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
             raise _fail(where, f"missing key {key!r}")
     name = data["suite"]
     if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail(where, f"suite: {name!r} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
+        raise _fail(where, f"suite: {short(name)} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
+    if len(name) > MAX_NAME_CHARS:
+        raise _fail(where, f"suite: the name is {len(name)} characters, over the limit of {MAX_NAME_CHARS} "
+                           f"({short(name, 40)})")
     version = data.get("version", 1)
     if not isinstance(version, int) or isinstance(version, bool):
         raise _fail(where, f"version: expected an integer; got {version!r}")

@@ -9,12 +9,19 @@ checkpoint's step, and the mirror skips steps MLflow already holds (a determinis
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
+import random
 import re
+import socket
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from . import trialdir
 from .provenance import mlflow_tags as mlflow_provenance_tags
@@ -137,6 +144,44 @@ def default_tracking_uri(results_root: Path) -> str:
     return f"sqlite:///{(results_root / 'mlflow.db').resolve()}"
 
 
+PROBE_TIMEOUT_S = 5.0            # an MLflow server that does not answer within this is reported unreachable
+OPEN_TRIES = 5                   # attempts at opening the store (two first drivers race to create SQLite's schema)
+
+
+class TrackingUnreachable(ValueError):
+    """MLFLOW_TRACKING_URI names a server that does not answer (one line naming the variable)."""
+
+
+def probe_tracking_uri(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast when an http(s) tracking URI does not answer: MLflow's own client retries a dead server
+    with backoff for minutes. Any HTTP answer (even an error status) counts as reachable; a local store
+    (sqlite:, file:, a path) is not probed."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return
+    where = f"MLFLOW_TRACKING_URI={uri[:200]}"
+    try:
+        host, port = parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError as exc:                                   # a port that is not a number
+        raise TrackingUnreachable(f"{where}: not a valid URL ({exc})") from None
+    if not host:
+        raise TrackingUnreachable(f"{where}: not a valid URL (no host)")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise TrackingUnreachable(f"{where}: cannot connect to {host}:{port} ({exc.strerror or type(exc).__name__}"
+                                  f"); start the MLflow server or unset the variable (local store results/mlflow.db)") from None
+    try:                                                        # a listening process that never answers
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        pass                                                    # it answered: reachable
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, (ConnectionError, socket.timeout, TimeoutError)):
+            raise TrackingUnreachable(f"{where}: no answer from {host}:{port} within {timeout_s:g} s "
+                                      f"({type(reason).__name__}); is it an MLflow server?") from None
+
+
 def _live_run(client, experiment_id: str, trial_id: str):
     """The trial's current MLflow child run (superseded runs carry a changed trial_id tag), or None."""
     found = client.search_runs([experiment_id], f"tags.trial_id = '{trial_id}'", max_results=1)
@@ -238,6 +283,86 @@ def _quiet_mlflow() -> None:
             logger.setLevel(logging.WARNING)
 
 
+def _open_store(tracking_uri: str, experiment_name: str):
+    """(client, experiment or None). The first use of a new SQLite store creates its schema (alembic
+    migrations); two drivers starting at once would both migrate and one would fail, leaving a
+    half-migrated database. So the open is serialized by a lock file beside the database
+    (<db>.lock), and a transient SQLite error ('database is locked') is retried with backoff."""
+    from mlflow.tracking import MlflowClient
+
+    db = tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+    for attempt in range(OPEN_TRIES):
+        try:
+            with _file_lock(Path(db + ".lock") if db else None):
+                client = MlflowClient(tracking_uri)
+                return client, client.get_experiment_by_name(experiment_name)
+        except Exception:  # noqa: BLE001 — SQLAlchemy errors vary by version; a server retries on its own
+            if attempt == OPEN_TRIES - 1 or db is None:
+                raise
+            time.sleep(0.25 * 2 ** attempt * (1 + random.random()))
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def driver_tags() -> dict[str, str]:
+    """Tags that identify this driver process, so that a later run can tell whether it is still alive."""
+    return {"stalebench.host": os.uname().nodename, "stalebench.driver_pid": str(os.getpid()),
+            "stalebench.driver_start": _process_start(os.getpid()) or ""}
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot (Linux), telling a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]     # field 22; the command name (field 2) may hold spaces
+
+
+def _driver_alive(tags: Mapping[str, str]) -> bool | None:
+    """Whether the driver that opened a run is alive: None when it ran on another host (unknowable)."""
+    if tags.get("stalebench.host") != os.uname().nodename:
+        return None
+    try:
+        pid = int(tags.get("stalebench.driver_pid", ""))
+    except ValueError:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass                                      # alive, another user's
+    started = tags.get("stalebench.driver_start")
+    return not started or _process_start(pid) in (None, started)
+
+
+def end_orphaned_runs(client, experiment_id: str) -> list[str]:
+    """Mark KILLED the parent runs of this experiment still RUNNING whose driver is gone (killed with
+    SIGKILL, or its machine rebooted): only runs opened on this host, where the pid can be checked."""
+    found = client.search_runs([experiment_id], "attributes.status = 'RUNNING' and tags.`stalebench.driver_pid` != ''",
+                               max_results=1000)
+    ended = []
+    for run in found:
+        if _driver_alive(run.data.tags) is False:
+            client.set_tag(run.info.run_id, "stalebench.ended_by", "a later run: its driver process was gone")
+            client.set_terminated(run.info.run_id, "KILLED")
+            ended.append(run.info.run_id)
+    return ended
+
+
 EXPERIMENT_KIND = "mlflow.experimentKind"
 
 
@@ -246,14 +371,14 @@ def open_suite_run(tracking_uri: str, experiment_name: str, run_name: str, tags:
     """(experiment_id, run_id): a new parent run in experiment `experiment_name`, which is created if missing.
 
     Safe when several drivers create the same experiment at once (the loser of the race finds the
-    winner's), and restores an experiment of that name that was deleted in the UI.
+    winner's), or the SQLite store's schema (retried), and restores an experiment of that name that was
+    deleted in the UI. Earlier parent runs whose driver died on this host are marked KILLED; the new
+    run carries this driver's host, pid and start time for the next run to do the same.
     """
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
     _quiet_mlflow()
-    client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name(experiment_name)
+    client, experiment = _open_store(tracking_uri, experiment_name)
     if experiment is None:
         try:
             # MLflow 3's UI opens an experiment on its runs table only when it is marked as model training
@@ -270,7 +395,8 @@ def open_suite_run(tracking_uri: str, experiment_name: str, run_name: str, tags:
         experiment_id = experiment.experiment_id
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment_id)
-    run = client.create_run(experiment_id, tags={**tags, "mlflow.runName": run_name}, run_name=run_name)
+    end_orphaned_runs(client, experiment_id)
+    run = client.create_run(experiment_id, tags={**tags, **driver_tags(), "mlflow.runName": run_name}, run_name=run_name)
     for path in artifacts:
         client.log_artifact(run.info.run_id, str(path))
     return experiment_id, run.info.run_id
@@ -297,3 +423,11 @@ def log_metrics_to_run(tracking_uri: str, run_id: str, metrics: Mapping[str, flo
     now = int(time.time() * 1000)
     batch = [Metric(mlflow_name(k), float(v), now, 0) for k, v in metrics.items()]
     MlflowClient(tracking_uri).log_batch(run_id, metrics=batch)
+
+
+def end_orphaned_suite_runs(tracking_uri: str, experiment_name: str) -> list[str]:
+    """end_orphaned_runs for the experiment named `experiment_name`, if it exists (a run that had
+    nothing left to do still tidies up after a driver killed after its last trial finished)."""
+    _quiet_mlflow()
+    client, experiment = _open_store(tracking_uri, experiment_name)
+    return [] if experiment is None else end_orphaned_runs(client, experiment.experiment_id)

@@ -44,6 +44,17 @@ class TrialDirError(ValueError):
     """A trial directory that cannot be trusted as it is (one line naming the file and the way out)."""
 
 
+def suite_results_dir(results_root: Path, suite_name: str) -> Path:
+    """results/<suite>, refusing a results root or suite directory that is a file (one line)."""
+    from .errors import ConfigError
+
+    root = Path(results_root)
+    for path, what in ((root, "--results"), (root / suite_name, "the suite's results directory")):
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{what} {str(path)[:200]}: exists and is not a directory; give a directory")
+    return (root / suite_name).resolve()
+
+
 def is_trial_dir(path: Path) -> bool:
     return path.is_dir() and not path.name.startswith(".") and path.name not in NOT_TRIALS
 

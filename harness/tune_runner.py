@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import socket
 import sys
 import threading
 import time
@@ -40,10 +41,11 @@ from ray import tune
 from .config import DEFAULT_ESTIMATOR, ConfigError, build_run_config, from_dict
 from .status import ProgressLine, count_statuses, last_eval, read_status
 from .suite import Suite, Trial, expand, select_trials
-from .tracking import RunLog, close_suite_run, default_tracking_uri, open_suite_run, supersede_run
+from .tracking import (RunLog, TrackingUnreachable, close_suite_run, default_tracking_uri, end_orphaned_suite_runs,
+                       open_suite_run, probe_tracking_uri, supersede_run)
 from .trialdir import read_jsonl
 from .trial import MlflowTarget, TrialFailed, check_identity, run_trial
-from .trialdir import FINAL, SUPERSEDED
+from .trialdir import FINAL, SUPERSEDED, suite_results_dir
 
 STORAGE_ENV = "STALEBENCH_STORAGE_PATH"    # Tune's storage_path (a shared directory or URI on a cluster)
 Say = Callable[[str], None]
@@ -60,7 +62,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     Existing results whose resolved config differs from the suite's are never taken as finished
     (trial.check_identity; `on_change` says what to do). Raises KeyboardInterrupt when interrupted
     (Ctrl+C) after Tune stopped the trials; running the same suite again resumes them."""
-    suite_dir = (Path(results_root) / suite.name).resolve()
+    suite_dir = suite_results_dir(results_root, suite.name)
     trials = select_trials(expand(suite), only)
     ids = [t.trial_id for t in trials]
     say = _printer(progress)
@@ -72,23 +74,38 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         f"{len(pending)} to run -> {suite_dir}" + (f" ({len(superseded)} rerun after a config change; old "
                                                     f"results in {suite_dir / SUPERSEDED})" if superseded else ""))
     if not pending:
+        with contextlib.suppress(Exception):          # tidy up after a driver killed after its last trial
+            end_orphaned_suite_runs(_tracking_uri(Path(results_root)), suite.name)
         return count_statuses(suite_dir, ids)
-    target = _open_mlflow(suite, Path(results_root), "suite", len(pending))
-    for tid in superseded:
-        supersede_run(target.tracking_uri, target.experiment_id, tid)
-    interrupted = True
-    try:
-        steps = {t.trial_id: t.config.train.steps for t in trials}
-        with _ray_session(address, say), _ProgressThread(ProgressLine(suite_dir, steps), progress):
-            _fit(suite, pending, suite_dir, target, say)
-        interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in (*FINAL, "failed")
-                          for t in pending)
-    finally:
-        counts = count_statuses(suite_dir, ids)
-        close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
+    uri = _tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
+    with _ray_session(address, say):
+        _check_fits(suite.resources)                   # before a parent run or a trial is touched
+        target = _open_mlflow(suite, uri, Path(results_root), "suite", len(pending))
+        for tid in superseded:
+            supersede_run(target.tracking_uri, target.experiment_id, tid)
+        interrupted = True
+        try:
+            steps = {t.trial_id: t.config.train.steps for t in trials}
+            with _ProgressThread(ProgressLine(suite_dir, steps), progress):
+                _fit(suite, pending, suite_dir, target, say)
+            interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in (*FINAL, "failed")
+                              for t in pending)
+        finally:
+            counts = count_statuses(suite_dir, ids)
+            close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
     if interrupted:           # Ctrl+C: Tune stops the trials and returns; the caller sees the interrupt
         raise KeyboardInterrupt(f"{counts.get('running', 0)} trial(s) did not finish")
     return counts
+
+
+def _tracking_uri(results_root: Path) -> str:
+    """The MLflow store, probed when it is a server (a dead one makes MLflow retry for minutes)."""
+    uri = default_tracking_uri(results_root)
+    try:
+        probe_tracking_uri(uri)
+    except TrackingUnreachable as exc:
+        raise ConfigError(str(exc)) from None
+    return uri
 
 
 def _write_suite_file(suite: Suite, suite_dir: Path, say: Say) -> None:
@@ -118,13 +135,12 @@ def _verify_bases(trials: list[Trial]) -> None:
             base_identity(model)
 
 
-def _open_mlflow(suite: Suite, results_root: Path, role: str, pending: int) -> MlflowTarget:
+def _open_mlflow(suite: Suite, uri: str, results_root: Path, role: str, pending: int) -> MlflowTarget:
     """The suite's MLflow experiment (named after the suite) and a new parent run for this invocation."""
-    uri = default_tracking_uri(results_root)
     local = uri.startswith(("sqlite:", "file:")) or "://" not in uri
     artifacts = (results_root / "mlartifacts" / suite.name).resolve().as_uri() if local else None
     tags = {"stalebench.role": role, "stalebench.suite": suite.name, "stalebench.suite_sha256": suite.sha256,
-            "stalebench.pending_trials": str(pending), "stalebench.host": os.uname().nodename}
+            "stalebench.pending_trials": str(pending)}          # + the driver's host, pid (open_suite_run)
     suite_file = results_root.resolve() / suite.name / "suite.yaml"
     try:
         experiment_id, run_id = open_suite_run(uri, suite.name, f"{role}-{time.strftime('%Y%m%d-%H%M%S')}", tags,
@@ -177,7 +193,8 @@ def _ray_session(address: str | None, say: Say) -> Iterator[None]:
                 ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
             else:                                        # the workers of a cluster do not inherit our env
                 passed = {k: v for k, v in os.environ.items() if k.startswith(("STALEBENCH_", "MLFLOW_", "HF_"))}
-                say(f"connecting to the Ray cluster at {address} ...")   # Ray retries a wrong address for long
+                _probe_address(address)                  # Ray retries a wrong address for minutes
+                say(f"connecting to the Ray cluster at {address} ...")
                 try:
                     ray.init(address=address, runtime_env={"env_vars": {**passed, **env}}, **kwargs)
                 except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -188,6 +205,45 @@ def _ray_session(address: str | None, say: Say) -> Iterator[None]:
         finally:
             if owned:
                 ray.shutdown()
+
+
+ADDRESS_PROBE_TIMEOUT_S = 5.0
+
+
+def _probe_address(address: str) -> None:
+    """Fail in seconds when nothing listens at a Ray address (host:port, or ray://host:port for Ray
+    Client); 'auto' (a cluster started on this machine) is left to Ray."""
+    if address == "auto":
+        return
+    client = address.startswith("ray://")
+    hostport = address[len("ray://"):] if client else address.split("://", 1)[-1]
+    host, sep, port_text = hostport.rstrip("/").rpartition(":")
+    if not sep:
+        host, port_text = hostport, "10001" if client else "6379"
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        if not 0 < port < 65536 or not host:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--address/RAY_ADDRESS {address[:200]!r}: expected host:port (or ray://host:port, or "
+                          f"auto)") from None
+    try:
+        socket.create_connection((host, port), timeout=ADDRESS_PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(f"--address/RAY_ADDRESS {address[:200]}: nothing answers at {host}:{port} "
+                          f"({exc.strerror or type(exc).__name__}); is the Ray head running (`ray start --head`)?") from None
+
+
+def _check_fits(res) -> None:
+    """Fail at once when one trial's resources fit on no Ray node: Tune would wait for them forever."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("CPU", 0) >= res.cpu and n.get("GPU", 0) >= res.gpu for n in nodes):
+        return
+    cpu, gpu = max((n.get("CPU", 0) for n in nodes), default=0), max((n.get("GPU", 0) for n in nodes), default=0)
+    raise ConfigError(f"resources: a trial needs cpu={res.cpu:g}, gpu={res.gpu:g}, but no Ray node has that "
+                      f"(the largest has cpu={cpu:g}, gpu={gpu:g}; {len(nodes)} node(s)); lower resources.cpu/gpu "
+                      f"in the suite or run on a cluster that has them")
 
 
 @contextlib.contextmanager
@@ -447,7 +503,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     (the seeded sampler proposes the same values first, and a finished trial of a value is not rerun)."""
     spec = parse_tune(suite)
     say = _printer(progress)
-    suite_dir = (Path(results_root) / suite.name).resolve()
+    suite_dir = suite_results_dir(results_root, suite.name)
     _write_suite_file(suite, suite_dir, say)
     algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
     delay = spec.tune_delay(suite)
@@ -455,18 +511,20 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     _verify_bases([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms])
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
         f"{spec.trials_per_algorithm} trials each at delay {delay} -> {suite_dir / 'tune'}")
-    target = _open_mlflow(suite, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
-    (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
-    (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
+    uri = _tracking_uri(Path(results_root))
     results: dict[str, list[dict[str, Any]]] = {}
-    try:
-        with _ray_session(address, say):
+    with _ray_session(address, say):
+        _check_fits(suite.resources)
+        target = _open_mlflow(suite, uri, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
+        (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
+        (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
+        try:
             for algorithm in algorithms:
                 results[algorithm] = _search(suite, spec, algorithm, fixed, suite_dir, target, say)
-    finally:
-        statuses = [r["status"] for rows in results.values() for r in rows]
-        close_suite_run(target.tracking_uri, target.parent_run_id, {s: statuses.count(s) for s in set(statuses)},
-                        interrupted=len(results) < len(algorithms))
+        finally:
+            statuses = [r["status"] for rows in results.values() for r in rows]
+            close_suite_run(target.tracking_uri, target.parent_run_id, {s: statuses.count(s) for s in set(statuses)},
+                            interrupted=len(results) < len(algorithms))
     return _write_overrides(suite, spec, results, suite_dir)
 
 

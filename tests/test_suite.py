@@ -137,7 +137,7 @@ BAD = [
     ("bad-resources", suite_dict(resources={"cpu": 0}), "resources: cpu must be > 0"),
     ("unknown-resources-key", suite_dict(resources={"cpus": 2}), "resources.cpus: unknown key"),
     ("bad-max-concurrent", suite_dict(resources={"max_concurrent": 0}), "resources.max_concurrent: must be >= 1"),
-    ("bad-max-failures", suite_dict(resources={"max_failures": -2}), "resources.max_failures: must be >= -1"),
+    ("bad-max-failures", suite_dict(resources={"max_failures": -2}), "resources.max_failures: must be between 0 and 10"),
     ("colliding-ids", suite_dict(grid={"eps": [0.2, "0.2"]}), "get the same id"),
     ("notes-not-string", suite_dict(notes=["a"]), "notes: expected a string"),
 ]

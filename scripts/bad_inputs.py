@@ -1,0 +1,307 @@
+"""Bad inputs through the real command line: every case is `python -m harness.cli ...` in a fresh temp
+directory, with a timeout; the table says what the user saw.
+
+    python scripts/bad_inputs.py [--jobs 2] [--only SUBSTRING] [--timeout 120]
+
+A case passes ("ok") when the command either refuses the input with exit status 2 and exactly one line on
+stderr with no traceback, or (for hostile result files that `status`/`report` can still show) exits 0
+without a traceback; the expected outcome is listed per case. Prints a Markdown table (kind, command,
+exit status, the stderr line, ok) and a summary; exits 1 if any case is not ok.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASE = {"model": {"kind": "tiny"}, "task": {"name": "addrev", "eval_size": 32},
+        "train": {"steps": 4, "prompts_per_step": 4, "max_new_tokens": 6}, "eval": {"every_steps": 2},
+        "group_size": 4}
+GOOD = {"suite": "s1", "base": BASE, "grid": {"algorithm": ["grpo", "gmc_grpo"]}, "seeds": [0]}
+TRIAL = "grpo-s0"
+
+
+def dump(data) -> str:
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def suite(**changes) -> str:
+    data = {**GOOD, **changes}
+    return dump({k: v for k, v in data.items() if v is not None})
+
+
+def base(**changes) -> str:
+    out = {**BASE}
+    for dotted, value in changes.items():
+        head, _, rest = dotted.replace("__", ".").partition(".")
+        out[head] = {**out.get(head, {}), rest: value} if rest else value
+    return suite(base=out)
+
+
+@dataclass
+class Case:
+    kind: str
+    argv: list[str]                       # after `python -m harness.cli`; {d} is the case's directory
+    files: dict[str, str | bytes] = field(default_factory=dict)   # relative path -> content
+    setup: Callable[[Path], None] | None = None
+    expect: str = "refused"               # refused: exit 2, one line | shown: exit 0, no traceback
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def results_with(status: str | bytes | None = None, params: str | bytes | None = None,
+                 metrics: str | bytes | None = None, config: str | None = None) -> Callable[[Path], None]:
+    """results/s1/ with the good suite file and one trial directory holding the given files."""
+    def setup(d: Path) -> None:
+        trial = d / "results" / "s1" / TRIAL
+        trial.mkdir(parents=True)
+        (d / "results" / "s1" / "suite.yaml").write_text(suite())
+        for name, content in (("status.json", status), ("params.json", params), ("metrics.jsonl", metrics),
+                              ("config.yaml", config)):
+            if content is not None:
+                (trial / name).write_bytes(content.encode() if isinstance(content, str) else content)
+    return setup
+
+
+def _fifo(d: Path) -> None:
+    os.mkfifo(d / "fifo.yaml")
+
+
+def _status_dir(d: Path) -> None:
+    results_with()(d)
+    (d / "results" / "s1" / TRIAL / "status.json").mkdir()
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi"))
+HOSTILE = "\x1b[2J\x1b[31mPWNED\x07\r\n" * 50
+
+
+def cases() -> list[Case]:
+    check = lambda text, kind: Case(kind, ["check", "{d}/s.yaml"], {"s.yaml": text})   # noqa: E731
+    port = closed_port()
+    c = [
+        # ---- YAML itself
+        check("suite: x\nbase: {train: [\n", "yaml: syntax error"),
+        check("suite: s1\nbase:\n\tmodel: {}\n", "yaml: tab indentation"),
+        check("suite: s1\nsuite: s2\nbase: {}\n", "yaml: duplicate top-level key"),
+        check("suite: s1\nbase:\n  train: {lr: 1.0e-3, lr: 1.0}\n", "yaml: duplicate nested key"),
+        check(BOMB + "suite: s1\nbase: {}\n", "yaml: alias bomb (10^9 values)"),
+        check("x: " + "[" * 5000 + "]" * 5000 + "\n", "yaml: 5000 levels of nesting"),
+        check("suite: !!python/object/apply:os.system ['touch pwned']\nbase: {}\n", "yaml: python tag"),
+        check("a: &a [*a]\n", "yaml: recursive alias"),
+        check("", "yaml: empty file"),
+        check("# only a comment\n", "yaml: only a comment"),
+        check("- a\n- b\n", "yaml: a list, not a mapping"),
+        check("just a string\n", "yaml: a scalar document"),
+        check(suite() + "---\nsuite: s2\n", "yaml: two documents"),
+        check("suite: s1\nbase: {}\n" + "\x00", "yaml: NUL byte"),
+        # ---- suite structure
+        check(suite(extra=1), "suite: unknown top-level key"),
+        check(suite(suite=None), "suite: missing name"),
+        check(suite(base=None), "suite: missing base"),
+        check(suite(suite="a/b"), "name: a slash"),
+        check(suite(suite=".hidden"), "name: starts with a dot"),
+        check(suite(suite=12), "name: a number"),
+        check(suite(suite="n" * 256), "name: 256 characters"),
+        check(suite(suite="x\x1b[31m"), "name: control characters"),
+        check(suite(version="one"), "version: a string"),
+        check(suite(base=[1, 2]), "base: a list"),
+        check(suite(notes=["a"]), "notes: a list"),
+        check(suite(share_on_policy="yes"), "share_on_policy: a string"),
+        # ---- run config values
+        check(base(foo=1), "base: unknown key"),
+        check(base(train__lrr=1e-3), "base: unknown nested key"),
+        check(base(train__steps="ten"), "type: steps a string"),
+        check(base(train__steps=True), "type: steps a boolean"),
+        check(base(train__steps=1.5), "type: steps a float"),
+        check(base(train__steps=0), "value: steps 0"),
+        check(base(train__lr=-1e-3), "value: negative lr"),
+        check(base(group_size=1), "value: group_size 1"),
+        check(suite(grid={"algorithm": ["grpo", "ppo_magic"]}), "value: unknown estimator"),
+        check(base(task__name="mnist"), "value: unknown task"),
+        check(base(model__kind="remote"), "value: unknown model kind"),
+        check(base(model__base="tiny-addrev-v999"), "value: unknown frozen base"),
+        check(base(train__steps=10**30), "value: steps 10^30"),
+        check(suite().replace("group_size: 4", "eps: .inf\n  group_size: 4"), "non-finite: eps .inf"),
+        check(suite().replace("max_new_tokens: 6", "max_new_tokens: 6\n    grad_clip: .nan"), "non-finite: grad_clip .nan"),
+        check(suite().replace("max_new_tokens: 6", "max_new_tokens: 6\n    temperature: .nan"), "non-finite: temperature .nan"),
+        check(suite().replace("max_new_tokens: 6", "max_new_tokens: 6\n    lr: 1e400"), "non-finite: lr 1e400"),
+        check(suite(resources={"cpu": float("nan")}), "non-finite: resources.cpu .nan"),
+        check(suite(resources={"cpu": float("inf")}), "non-finite: resources.cpu .inf"),
+        # ---- grid, seeds, resources, overrides
+        check(suite(grid=["algorithm"]), "grid: a list"),
+        check(suite(grid={"delay": 4}), "grid: a value not a list"),
+        check(suite(grid={"delay": []}), "grid: an empty list"),
+        check(suite(grid={"delay": [0, 0]}), "grid: duplicate values"),
+        check(suite(grid={"seed": [0, 1]}), "grid: seed in the grid"),
+        check(suite(grid={"train.nope": [1]}), "grid: unknown key"),
+        check(suite(grid={"delay": [0, -4]}), "grid: a negative delay"),
+        check(suite(grid={"eps": [0.2, "0.2"]}), "grid: values that collide in trial ids"),
+        check(suite(grid={f"params.k{i}": list(range(10)) for i in range(6)}), "grid: 10^6 trials"),
+        check(suite(seeds=0), "seeds: not a list"),
+        check(suite(seeds=[0, 0]), "seeds: duplicates"),
+        check(suite(seeds=[True]), "seeds: a boolean"),
+        check(suite(resources={"cpu": 0}), "resources: cpu 0"),
+        check(suite(resources={"cpus": 2}), "resources: unknown key"),
+        check(suite(resources={"max_concurrent": 0}), "resources: max_concurrent 0"),
+        check(suite(resources={"max_failures": -1}), "resources: max_failures -1 (forever)"),
+        check(suite(resources={"max_failures": 11}), "resources: max_failures 11"),
+        check(suite(overrides={"tis": {"train.lr": 1e-5}}), "overrides: an estimator not in the grid"),
+        check(suite(overrides={"grpo": 1e-5}), "overrides: not a mapping"),
+        # ---- the suite path
+        Case("path: a directory", ["check", "{d}"]),
+        Case("path: a FIFO", ["check", "{d}/fifo.yaml"], setup=_fifo),
+        Case("path: empty", ["check", ""]),
+        Case("path: missing", ["check", "{d}/nope.yaml"]),
+        Case("path: /dev/zero", ["check", "/dev/zero"]),
+        Case("path: not UTF-8", ["check", "{d}/s.yaml"], {"s.yaml": b"suite: s1\nbase: {}\n# \xff\xfe\n"}),
+        Case("path: 2 MiB file", ["check", "{d}/s.yaml"], {"s.yaml": "# " + "x" * (2 << 20) + "\n"}),
+        # ---- --set, --max-trials, --trial
+        Case("--set: no '='", ["check", "{d}/s.yaml", "--set", "train.lr"], {"s.yaml": suite()}),
+        Case("--set: unknown key", ["check", "{d}/s.yaml", "--set", "train.lrr=1"], {"s.yaml": suite()}),
+        Case("--set: .nan", ["check", "{d}/s.yaml", "--set", "train.lr=.nan"], {"s.yaml": suite()}),
+        Case("--set: bad YAML value", ["check", "{d}/s.yaml", "--set", "train.lr=[["], {"s.yaml": suite()}),
+        Case("--set: into a number", ["check", "{d}/s.yaml", "--set", "train.lr.x=1"], {"s.yaml": suite()}),
+        Case("--max-trials: below the grid", ["check", "{d}/s.yaml", "--max-trials", "1"], {"s.yaml": suite()}),
+        Case("--trial: matches none", ["train", "{d}/s.yaml", "--trial", "algorithm=tis"], {"s.yaml": suite()}),
+        Case("--trial: matches two", ["train", "{d}/s.yaml", "--trial", "seed=0"], {"s.yaml": suite()}),
+        Case("--trial: not key=value", ["train", "{d}/s.yaml", "--trial", "grpo"], {"s.yaml": suite()}),
+        # ---- run: refused before any trial starts
+        Case("run: --results is a file", ["run", "{d}/s.yaml", "--results", "{d}/r"], {"s.yaml": suite(), "r": "x"}),
+        Case("run: results/<suite> is a file", ["run", "{d}/s.yaml", "--results", "{d}/r"],
+             {"s.yaml": suite(), "r/s1": "x"}),
+        Case("run: MLFLOW_TRACKING_URI closed port", ["run", "{d}/s.yaml", "--results", "{d}/r"], {"s.yaml": suite()},
+             env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}),
+        Case("run: --address closed port", ["run", "{d}/s.yaml", "--results", "{d}/r", "--address", f"127.0.0.1:{port}"],
+             {"s.yaml": suite()}),
+        Case("run: --address not host:port", ["run", "{d}/s.yaml", "--results", "{d}/r", "--address", "127.0.0.1:xx"],
+             {"s.yaml": suite()}),
+        Case("run: resources cpu 1000 (Ray starts)", ["run", "{d}/s.yaml", "--results", "{d}/r"],
+             {"s.yaml": suite(resources={"cpu": 1000})}),
+        Case("run: config changed since the results", ["run", "{d}/s.yaml", "--results", "{d}/results"],
+             {"s.yaml": suite()}, setup=results_with(status='{"status": "completed"}', config=dump({"delay": 99}))),
+        Case("train: --results is a file", ["train", "{d}/s.yaml", "--trial", "algorithm=grpo", "--results", "{d}/r"],
+             {"s.yaml": suite(), "r": "x"}),
+        # ---- status and report over hostile result files
+        Case("status: unknown suite", ["status", "nope", "--results", "{d}/results"]),
+        Case("status: status.json with escape codes", ["status", "s1", "--results", "{d}/results"],
+             setup=results_with(status=json.dumps({"status": HOSTILE, "step": HOSTILE, "error": HOSTILE})), expect="shown"),
+        Case("status: status.json not JSON", ["status", "s1", "--results", "{d}/results"],
+             setup=results_with(status=b"\xff{not json"), expect="shown"),
+        Case("status: status.json a list", ["status", "s1", "--results", "{d}/results"],
+             setup=results_with(status="[1, 2]"), expect="shown"),
+        Case("status: status.json a directory", ["status", "s1", "--results", "{d}/results"], setup=_status_dir,
+             expect="shown"),
+        Case("status: params.json hostile", ["status", "s1", "--results", "{d}/results"],
+             setup=results_with(status='{"status": "running", "step": 1}', params=json.dumps({HOSTILE: [HOSTILE] * 100})),
+             expect="shown"),
+        Case("report: missing directory", ["report", "{d}/nope"]),
+        Case("report: a regular file", ["report", "{d}/f"], {"f": "x"}),
+        Case("report: an empty directory", ["report", "{d}/empty"], setup=lambda d: (d / "empty").mkdir()),
+        Case("report: hostile metrics and params", ["report", "{d}/results/s1", "--out", "{d}/rep"],
+             setup=results_with(status='{"status": "completed", "step": 4}', params=json.dumps({"x": HOSTILE}),
+                                metrics='{"step": 1, "loss/value": 1e999}\n[1]\n{"step": "x"}\n' + HOSTILE),
+             expect="shown"),
+    ]
+    return c
+
+
+@dataclass
+class Result:
+    case: Case
+    rc: int
+    line: str
+    lines: int
+    traceback: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        if self.traceback:
+            return False
+        if self.case.expect == "shown":
+            return self.rc == 0
+        return self.rc == 2 and self.lines == 1
+
+
+def run_case(case: Case, timeout_s: float) -> Result:
+    with tempfile.TemporaryDirectory(prefix="stalebench-bad-") as tmp:
+        d = Path(tmp)
+        for rel, content in case.files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_bytes(content.encode() if isinstance(content, str) else content)
+        if case.setup:
+            case.setup(d)
+        env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+        env.update(PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), RAY_AUTH_MODE="disabled", **case.env)
+        argv = [a.replace("{d}", str(d)) for a in case.argv]
+        start = time.time()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], cwd=d, env=env, capture_output=True,
+                                  text=True, errors="replace", timeout=timeout_s, start_new_session=True)
+            rc, err = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, err = 124, f"TIMEOUT after {timeout_s:g} s " + (exc.stderr or b"").decode(errors="replace")[-200:]
+        err = err.replace(str(d) + "/", "").replace(str(d), ".")
+        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[stalebench]")]
+        return Result(case, rc, lines[0] if len(lines) == 1 else " / ".join(lines[-2:]), len(lines),
+                      "Traceback" in err, time.time() - start)
+
+
+def _cell(text: str, limit: int) -> str:
+    text = text.replace("|", "\\|").replace("`", "'")
+    text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _command(case: Case) -> str:
+    argv = [a.replace("{d}/", "").replace("{d}", ".") or "''" for a in case.argv]
+    return _cell("stalebench " + " ".join(argv), 70)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--only", default="", help="run the cases whose kind contains this")
+    p.add_argument("--timeout", type=float, default=120)
+    args = p.parse_args(argv)
+    todo = [c for c in cases() if args.only in c.kind]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(lambda c: run_case(c, args.timeout), todo))
+    print("| # | kind | command | exit | stderr (one line expected) | s | ok |")
+    print("|---|------|---------|------|----------------------------|---|----|")
+    for i, r in enumerate(results, 1):
+        shown = r.line if r.case.expect == "refused" or r.lines else "(nothing on stderr; the table is shown)"
+        print(f"| {i} | {_cell(r.case.kind, 45)} | `{_command(r.case)}` | {r.rc} | {_cell(shown, 160)} | "
+              f"{r.seconds:.0f} | {'yes' if r.ok else 'NO'} |")
+    refused = [r for r in results if r.case.expect == "refused"]
+    one_line = sum(r.rc == 2 and r.lines == 1 and not r.traceback for r in refused)
+    shown = [r for r in results if r.case.expect == "shown"]
+    print(f"\n{len(results)} cases: {sum(r.ok for r in results)} ok; {one_line}/{len(refused)} refused with exit 2 and "
+          f"one line, no traceback; {sum(r.ok for r in shown)}/{len(shown)} hostile result files shown without a "
+          f"traceback; {sum(r.traceback for r in results)} tracebacks; {sum(r.rc == 124 for r in results)} timeouts")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
