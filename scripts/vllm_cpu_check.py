@@ -12,7 +12,8 @@ parent prints a results table and exits non-zero if any check failed:
   sync      perturb every weight, push with `sync_weights`, sample at T=1 and T=0.7: the gap between the
             engine's log-probs and the trainer's recomputation (`token_logp`, what `is/engine_gap_max`
             measures) must be ≤ GAP_TOL after the push and large before it (the check can fail);
-  speed     tokens/s of the vLLM engine and the transformers engine on the same batch (warm, median of 5);
+  speed     tokens/s of the vLLM engine and the transformers engine on the same batch (warm, calls
+            interleaved, median of 5);
   train     a few steps of the real trainer with `model.engine: vllm` (delay 2);
   async     the same with the asynchronous producer (`async.max_staleness: 1`) sharing the engine.
 
@@ -102,20 +103,19 @@ def engine_phases(model_dir: str) -> dict:
             "ok": max(gap_initial, gaps["gap_after_push_T1"], gaps["gap_after_push_T0.7"]) <= GAP_TOL
             and gap_stale > 100 * GAP_TOL}
 
-    # -- speed: the same batch through both engines, warm, in this process (same thread count)
+    # -- speed: the same batch through both engines, warm, in this process (same thread count), the calls
+    # interleaved so that load from other processes on the machine falls on both alike
     hf = HFEngine(model, tok, version=1)
-
-    def tokens_per_s(e) -> tuple[float, float]:
-        e.generate(batch, N, temperature=1.0, max_new_tokens=MAX_NEW_TOKENS, seed=3)          # warm-up
-        runs = [e.generate(batch, N, temperature=1.0, max_new_tokens=MAX_NEW_TOKENS, seed=3 + i) for i in range(5)]
-        return (statistics.median(x.num_tokens / x.seconds for x in runs),
-                statistics.median(x.seconds for x in runs))
-
-    vllm_tps, vllm_s = tokens_per_s(engine)
-    hf_tps, hf_s = tokens_per_s(hf)
-    speed = {"vllm_tokens_per_s": round(vllm_tps), "vllm_call_s": round(vllm_s, 3),
-             "hf_tokens_per_s": round(hf_tps), "hf_call_s": round(hf_s, 3), "threads": torch.get_num_threads(),
-             "ok": True}
+    calls: dict[str, list] = {"vllm": [], "hf": []}
+    for i in range(6):
+        for name, e in (("vllm", engine), ("hf", hf)):
+            out = e.generate(batch, N, temperature=1.0, max_new_tokens=MAX_NEW_TOKENS, seed=3 + i)
+            if i:                                                              # the first call is a warm-up
+                calls[name].append(out)
+    speed = {"threads": torch.get_num_threads(), "load_avg_1m": round(os.getloadavg()[0], 2), "ok": True}
+    for name, runs in calls.items():
+        speed[f"{name}_tokens_per_s"] = round(statistics.median(x.num_tokens / x.seconds for x in runs))
+        speed[f"{name}_call_s"] = round(statistics.median(x.seconds for x in runs), 3)
     return {"sampling": sampling, "sync": sync, "speed": speed}
 
 
