@@ -109,18 +109,21 @@ def engine_phases(model_dir: str) -> dict:
             and gap_stale > 100 * GAP_TOL}
 
     # -- speed: the same batch through both engines, warm, in this process (same thread count), the calls
-    # interleaved so that load from other processes on the machine falls on both alike
+    # interleaved so that load from other processes on the machine falls on both alike; process CPU time
+    # (all threads) is the steadier figure on a shared machine
     hf = HFEngine(model, tok, version=1)
     calls: dict[str, list] = {"vllm": [], "hf": []}
     for i in range(6):
         for name, e in (("vllm", engine), ("hf", hf)):
+            cpu = time.process_time()
             out = e.generate(batch, N, temperature=1.0, max_new_tokens=MAX_NEW_TOKENS, seed=3 + i)
             if i:                                                              # the first call is a warm-up
-                calls[name].append(out)
+                calls[name].append((out.num_tokens, out.seconds, time.process_time() - cpu))
     speed = {"threads": torch.get_num_threads(), "load_avg_1m": round(os.getloadavg()[0], 2), "ok": True}
     for name, runs in calls.items():
-        speed[f"{name}_tokens_per_s"] = round(statistics.median(x.num_tokens / x.seconds for x in runs))
-        speed[f"{name}_call_s"] = round(statistics.median(x.seconds for x in runs), 3)
+        speed[f"{name}_tokens_per_s"] = round(statistics.median(n / s for n, s, _ in runs))
+        speed[f"{name}_call_s"] = round(statistics.median(s for _, s, _ in runs), 3)
+        speed[f"{name}_tokens_per_cpu_s"] = round(statistics.median(n / c for n, _, c in runs))
     return {"sampling": sampling, "sync": sync, "speed": speed}
 
 
