@@ -11,6 +11,7 @@ producer through vLLM) on the GPU.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -78,7 +79,7 @@ def transformers_engine_tokens_per_s(model_dir: Path, cfg) -> float:
     prompts = [p.prompt for p in task_from_config("addrev", 64, None).problems("train", cfg.train.prompts_per_step, 0)]
     runs = [engine.generate(prompts, cfg.group_size, temperature=1.0, max_new_tokens=cfg.train.max_new_tokens, seed=i)
             for i in range(3)][1:]
-    return sorted(r.num_tokens / r.seconds for r in runs)[len(runs) // 2]
+    return statistics.median(r.num_tokens / r.seconds for r in runs)
 
 
 if __name__ == "__main__":
