@@ -47,7 +47,7 @@ class ModelConfig:
     warmup_seed: int = 0                   # the base model is a function of its recipe, not the trial seed
     dtype: str = "float32"                 # float32 | bfloat16
     device: str = "auto"                   # auto (cuda when available) | cpu
-    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; on CPU see docs/vllm.md)
+    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; CPU: docs/vllm.md)
     behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
     backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
     zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
