@@ -1,8 +1,8 @@
 """vLLM's CPU backend, executed in its side environment (docs/vllm.md); and the engines' `pinned` contract.
 
-The checks run in `.venv-vllm-cpu` through scripts/vllm_cpu_check.py as a subprocess: vLLM is not
-installed in the main environment. Without the side environment they skip (setup:
-`bash scripts/setup_vllm_cpu.sh`). Slow: about 2 minutes on 2 cores, plus building the default tiny model
+The checks run in `.venv-vllm-cpu` (or `$STALEBENCH_VLLM_CPU_VENV`) through scripts/vllm_cpu_check.py as
+a subprocess: vLLM is not installed in the main environment. Without the side environment they skip, before
+any model is built (setup: `bash scripts/setup_vllm_cpu.sh`). Slow: about 2 minutes on 2 cores, plus building the default tiny model
 if it is not cached. The model is `$STALEBENCH_VLLM_CHECK_MODEL`, else the CPU default
 (`harness.models.model_path(ModelConfig(), TaskConfig())`).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SIDE_PYTHON = REPO / ".venv-vllm-cpu" / "bin" / "python"
+SIDE_PYTHON = Path(os.environ.get("STALEBENCH_VLLM_CPU_VENV", REPO / ".venv-vllm-cpu")) / "bin" / "python"
 GAP_TOL = 1e-4                       # scripts/vllm_cpu_check.py GAP_TOL, where the reason is written
 
 
@@ -31,12 +31,13 @@ def base_model_dir() -> str:
 
 
 @pytest.fixture(scope="module")
-def check(base_model_dir, tmp_path_factory) -> dict:
+def check(request, tmp_path_factory) -> dict:
     if not SIDE_PYTHON.exists():
         pytest.skip(f"no vLLM CPU side environment at {SIDE_PYTHON.parent.parent}: run scripts/setup_vllm_cpu.sh")
     probe = subprocess.run([str(SIDE_PYTHON), "-c", "import vllm"], capture_output=True, text=True, timeout=300)
     if probe.returncode != 0:
         pytest.skip(f"the side environment cannot import vllm: {probe.stderr.strip().splitlines()[-1:]}")
+    base_model_dir = request.getfixturevalue("base_model_dir")      # after the skips: it may build the model
     out = tmp_path_factory.mktemp("vllm-cpu") / "results.json"
     proc = subprocess.run([str(SIDE_PYTHON), "scripts/vllm_cpu_check.py", "--model", base_model_dir, "--json", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=1500)
