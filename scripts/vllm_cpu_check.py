@@ -36,8 +36,9 @@ from pathlib import Path
 
 # The engine's float32 log-probs against the trainer's float32 recomputation: different kernels (vLLM's
 # CPU attention, fused qkv/gate_up) differ by rounding only, measured ≤ 2.9e-5 here. Every failure it
-# guards against is orders of magnitude larger: stale weights (≈ 3 after the perturbation below), a
-# missing tied lm_head (≈ 1), a stale prefix cache (≈ 0.1), log-probs before temperature (≈ 1.5 at T=0.7).
+# guards against is orders of magnitude larger: stale weights (11 after the perturbation below) and, per the
+# shared VLLM_CPU notes, a missing tied lm_head (≈ 1), a stale prefix cache (≈ 0.1), log-probs before
+# temperature (≈ 1.5 at T=0.7).
 GAP_TOL = 1e-4
 PROMPTS, N, MAX_NEW_TOKENS = 64, 8, 8
 PHASES = ("sampling", "sync", "speed", "train", "async")
