@@ -42,12 +42,12 @@ class ModelConfig:
     path: str | None = None                # local directory of a transformers causal LM (kind: path)
     dtype: str = "float32"                 # float32 | bfloat16
     device: str = "auto"                   # auto (cuda when available) | cpu
-    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`)
+    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; CPU: docs/vllm.md)
     behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
     backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
     zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
     zero_offload: bool = False             # DeepSpeed: keep optimizer states on the CPU
-    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm)
+    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm on a GPU; unused on CPU)
 
     def validate(self, key: str) -> None:
         _choice(f"{key}.kind", self.kind, ("tiny", "path"))

@@ -23,7 +23,7 @@ from .delay import AsyncProducer, DelayBuffer
 from .models import base_identity, check_eval_set, load_model, problems_sha256
 from .rollout import make_engine
 from .rollout.base import Rollout
-from .rollout.hf import CACHE, HFEngine, position_ids_from
+from .rollout.hf import CACHE, position_ids_from
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
 from .trialdir import Outcome, TrialDirError, config_sha256
@@ -112,27 +112,26 @@ class Trainer:
         """Replace the exact delay buffer by a concurrent producer (config `async`), from the current state."""
         tc = self.cfg.train
         self.source = AsyncProducer(self.model, self.cfg.async_.max_staleness, tc.updates_per_batch, tc.steps,
-                                    lambda s, model, version: self.make_batch(s, HFEngine(model, self.tokenizer, version)),
+                                    self.make_batch,
                                     start_batch=self.batches_done, start_version=self.version)
 
     # -- rollouts ----------------------------------------------------------------------------
-    def make_batch(self, index: int, engine: HFEngine | None = None) -> Batch:
+    def make_batch(self, index: int, model: torch.nn.Module | None = None, version: int | None = None) -> Batch:
         """Batch `index`: its prompts (fixed by seed and index) sampled G times by the current policy
-        (or by `engine`'s, for the asynchronous producer)."""
+        (or by `model` as `version`: the asynchronous producer's copy)."""
         cfg, P = self.cfg, self.cfg.train.prompts_per_step
         problems = [self.train_problems[(index * P + j) % len(self.train_problems)] for j in range(P)]
-        if engine is None:
-            engine = self.engine
-            engine.sync_weights(self.model, self.version)
-        r = engine.generate([p.prompt for p in problems], n=cfg.group_size, temperature=cfg.train.temperature,
-                                 max_new_tokens=cfg.train.max_new_tokens, seed=batch_seed(cfg.seed, index))
+        model, version = (self.model, self.version) if model is None else (model, version)
+        with self.engine.pinned(model, version) as engine:
+            r = engine.generate([p.prompt for p in problems], n=cfg.group_size, temperature=cfg.train.temperature,
+                                max_new_tokens=cfg.train.max_new_tokens, seed=batch_seed(cfg.seed, index))
         gap = None
-        if not isinstance(engine, HFEngine):
-            # An external engine (vLLM) generated with the trainer's current weights: measure the gap between
+        if not engine.shares_weights:
+            # An engine with its own copy of the weights (vLLM) generated with `model`'s: measure the gap between
             # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
             r = r.to(self.device)
             with torch.no_grad():
-                recomputed = token_logp(self.model, r, slice(None), cfg.train.temperature, cfg.group_size)[0]
+                recomputed = token_logp(model, r, slice(None), cfg.train.temperature, cfg.group_size)[0]
             gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
             if cfg.model.behavior_logp == "recompute":
                 r.logp_behavior = recomputed * r.response_mask
@@ -200,17 +199,20 @@ class Trainer:
     # -- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        self.engine.sync_weights(self.model, self.version)
+        with self.engine.pinned(self.model, self.version) as engine:     # the producer may share the engine
+            return self._evaluate(engine)
+
+    def _evaluate(self, engine) -> dict[str, float]:
         problems = self.eval_problems
-        out = self.engine.generate([p.prompt for p in problems], n=1, temperature=0.0,
-                                   max_new_tokens=self.cfg.train.max_new_tokens, seed=0)
+        out = engine.generate([p.prompt for p in problems], n=1, temperature=0.0,
+                              max_new_tokens=self.cfg.train.max_new_tokens, seed=0)
         rewards = [self.task.reward(t, p) for t, p in zip(out.texts, problems)]
         row = {"eval/acc": sum(r >= 1.0 for r in rewards) / len(rewards), "eval/reward_mean": sum(rewards) / len(rewards),
                "eval/len_mean": float(out.response_mask.sum(1).float().mean())}
         k = self.cfg.eval.pass_k
         if k:
-            sampled = self.engine.generate([p.prompt for p in problems], n=k, temperature=1.0,
-                                           max_new_tokens=self.cfg.train.max_new_tokens, seed=1)
+            sampled = engine.generate([p.prompt for p in problems], n=k, temperature=1.0,
+                                      max_new_tokens=self.cfg.train.max_new_tokens, seed=1)
             hits = torch.tensor([self.task.reward(t, problems[i // k]) >= 1.0 for i, t in enumerate(sampled.texts)])
             row[f"eval/pass_at_{k}"] = float(hits.view(len(problems), k).any(1).float().mean())
         return row

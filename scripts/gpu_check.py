@@ -1,12 +1,17 @@
 """A short real run on one GPU: Qwen3-0.6B-shaped random model, vLLM rollouts, training steps.
 
-Prints rollout tokens/s, step time, peak GPU memory and the engine log-prob gap. No downloads: the
-model is randomly initialized from a Qwen3-0.6B-shaped config with a character tokenizer, so rewards
-are ~0 — this checks the machinery and its speed, not learning. Run through scripts/gpu_check.sh.
+Prints rollout tokens/s (vLLM, from the run's metrics, and the transformers engine on a batch of the same
+shape afterwards), step time, peak GPU memory (PyTorch's allocator: the trainer, the optimizer and vLLM's
+weights and KV cache, all in this process) and the engine log-prob gap in bfloat16. No downloads: the model
+is randomly initialized from a Qwen3-0.6B-shaped config with a character tokenizer, so rewards are ~0 —
+this checks the machinery and its speed, not learning. Run through scripts/gpu_check.sh, which first runs
+scripts/vllm_cpu_check.py (sampling, the float32 gap after a weight sync, training and the asynchronous
+producer through vLLM) on the GPU.
 """
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -48,16 +53,34 @@ def main(steps: int = 8) -> None:
     start = time.time()
     status = train(cfg, RunLog(root / "trial"), {"check": "gpu"})
     rows = read_jsonl(root / "trial" / "metrics.jsonl")[1:]          # skip the first (compile/warm-up) step
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    free, total = torch.cuda.mem_get_info()
+    hf_tokens_per_s = transformers_engine_tokens_per_s(model_dir, cfg)
     summary = {
         "status": status, "steps": len(rows) + 1, "wall_s": round(time.time() - start, 1),
         "rollout_tokens_per_s": sum(r["perf/tokens_per_s"] for r in rows) / len(rows),
         "step_s": sum(r["perf/step_s"] for r in rows) / len(rows),
         "rollout_s": sum(r["perf/rollout_s"] for r in rows) / len(rows),
-        "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "hf_engine_tokens_per_s": hf_tokens_per_s,
+        "peak_gpu_mem_gib": peak, "gpu_mem_in_use_gib_at_end": (total - free) / 2**30,
         "engine_gap_max": max(r.get("is/engine_gap_max", float("nan")) for r in rows),
         "gpu": torch.cuda.get_device_name(0),
     }
     print(json.dumps(summary, indent=1))
+
+
+def transformers_engine_tokens_per_s(model_dir: Path, cfg) -> float:
+    """The transformers engine on a batch of the run's shape (prompts_per_step × G, max_new_tokens): warm, median of 2."""
+    from harness.models import load_model
+    from harness.rollout.hf import HFEngine
+    from harness.tasks import task_from_config
+
+    model, tok = load_model(model_dir, cfg.model.dtype)
+    engine = HFEngine(model.cuda(), tok)
+    prompts = [p.prompt for p in task_from_config("addrev", 64, None).problems("train", cfg.train.prompts_per_step, 0)]
+    runs = [engine.generate(prompts, cfg.group_size, temperature=1.0, max_new_tokens=cfg.train.max_new_tokens, seed=i)
+            for i in range(3)][1:]
+    return statistics.median(r.num_tokens / r.seconds for r in runs)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ContextManager, Protocol
 
 import torch
 
@@ -38,9 +38,15 @@ class Rollout:
 
 class RolloutEngine(Protocol):
     version: int
+    shares_weights: bool     # True: generates with the model object it is given; False: holds its own copy
+
 
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
         """Sample n responses per prompt; temperature 0 = greedy."""
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Make the engine generate with `model`'s current weights, tagged as `version`."""
+
+    def pinned(self, model: torch.nn.Module, version: int) -> ContextManager["RolloutEngine"]:
+        """An engine that generates with `model`'s weights as `version` for the duration of the block, safe
+        to use while another thread (the asynchronous producer, or the trainer evaluating) does the same."""

@@ -1,11 +1,13 @@
 """Rollouts with a transformers model: batched, KV-cached sampling on whatever device the model is on.
 
-The engine shares the trainer's model object, so `sync_weights` only advances the version tag.
+The engine shares the trainer's model object (`shares_weights = True`), so `sync_weights` only advances the
+version tag, and `pinned` hands out a fresh engine over the given model (nothing shared across threads).
 Behavior log-probs are log_softmax(logits / temperature) of the sampled token, recorded as sampled;
 they match a fresh forward pass of the same weights (tests check 1e-5).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -24,6 +26,8 @@ def position_ids_from(mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFEngine:
+    shares_weights = True
+
     def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0):
         self.model = model
         self.tokenizer = tokenizer
@@ -32,6 +36,9 @@ class HFEngine:
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         self.model = model
         self.version = version
+
+    def pinned(self, model: torch.nn.Module, version: int) -> contextlib.AbstractContextManager["HFEngine"]:
+        return contextlib.nullcontext(HFEngine(model, self.tokenizer, version))
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:

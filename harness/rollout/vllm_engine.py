@@ -1,75 +1,114 @@
-"""Rollouts with vLLM (extra `gpu`), colocated with the trainer on the same GPU.
+"""Rollouts with vLLM (`model.engine: vllm`), in the trainer's process, on a CUDA GPU or on the CPU.
 
-The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that `sync_weights` can copy the
-trainer's parameters into vLLM's model in place after each optimizer update; every response carries the
-version of the weights that generated it. Behavior log-probs come from the engine after temperature
-scaling (`logprobs_mode="processed_logprobs"`), which is the policy that sampled the tokens. The trainer
-logs the gap to its own recomputation (`is/engine_gap_max`) and can use the recomputed values instead
+The engine holds its own copy of the weights (`shares_weights = False`). After each optimizer update
+`sync_weights` pushes the trainer's full `state_dict()` through vLLM's public in-place reload,
+`collective_rpc("reload_weights", ...)` with checkpoint (transformers) names, then drops the prefix
+cache, whose KV blocks were computed with the old weights. Every response carries the version of the
+weights that generated it.
+
+Behavior log-probs are vLLM's `processed_logprobs`: log_softmax(logits / temperature) of the sampled
+token, the policy that actually sampled it (the default `raw_logprobs` ignores the temperature). They
+are token-aligned with the trainer's response tensors, the sampled <eos> included. The trainer logs
+the gap to its own recomputation (`is/engine_gap_max`) and can train on the recomputed values instead
 (`model.behavior_logp: recompute`).
 
-Tested only on a GPU machine (tests marked `gpu`); nothing here is imported on CPU-only installs.
+Why each engine argument is what it is (measured; docs/vllm.md):
+- in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): tensors can be handed to the worker directly;
+- the full `state_dict()`, not `named_parameters()`: with tied embeddings the latter omits
+  `lm_head.weight` and vLLM keeps its old output layer; pushing part of a fused qkv / gate_up group
+  corrupts the model, so every push is whole;
+- on the CPU, `kv_cache_memory_bytes` caps the KV cache (uncapped it takes about half of RAM),
+  `enforce_eager` skips graph capture, and `max_num_seqs` lets a whole batch decode in one wave; on a GPU,
+  `gpu_memory_utilization` is vLLM's share of memory and the rest are vLLM's defaults.
+
+Prompts are tokenized once by the trainer's tokenizer and handed to vLLM as token ids, so both sides see
+the same prompt tokens. Each prompt gets its own sampling seed drawn from `seed` (vLLM seeds the n
+samples of a prompt seed, seed+1, ...), so prompts of one batch never share a random stream.
+
+Threads: one `threading.RLock` serializes weight pushes and generation. `pinned(model, version)` holds
+it across a push and the generations made under it, so the asynchronous producer's batches and the
+trainer's evaluations never run on each other's weights.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from .base import Rollout
 
+CPU_KV_CACHE_BYTES = 64 * 2**20          # ample for the tiny model's 64-token context; uncapped ≈ RAM / 2
+CPU_MAX_NUM_SEQS = 1024                  # vLLM's CPU default, 256, splits a 64 × 8 batch into two waves
+
 
 class VLLMEngine:
-    def __init__(self, path: str | Path, tokenizer, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.3,
-                 max_model_len: int = 4096, seed: int = 0):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")     # in-process: weights can be synced
+    shares_weights = False                # the engine runs its own copy: sync_weights copies, the trainer checks the gap
+
+    def __init__(self, path: str | Path, tokenizer, *, dtype: str = "float32", seed: int = 0,
+                 gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,
+                 cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"      # in-process: weights are pushed as tensors
         from vllm import LLM
 
+        on_gpu = torch.cuda.is_available()
+        device_args = ({"gpu_memory_utilization": gpu_memory_utilization} if on_gpu else
+                       {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enforce_eager": True, "max_num_seqs": CPU_MAX_NUM_SEQS})
         self.tokenizer = tokenizer
-        self.llm = LLM(model=str(path), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                       max_model_len=max_model_len, seed=seed, enable_prefix_caching=True,
-                       logprobs_mode="processed_logprobs")
+        self.llm = LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, seed=seed,
+                       enable_prefix_caching=True, logprobs_mode="processed_logprobs", **device_args)
         self.version = 0
-
-    def _runner_model(self) -> torch.nn.Module:
-        executor = self.llm.llm_engine.model_executor
-        worker = executor.driver_worker
-        worker = getattr(worker, "worker", worker)
-        return worker.model_runner.model
+        self.lock = threading.RLock()
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
-        if version == self.version:
-            return
-        with torch.no_grad():
-            self._runner_model().load_weights(((k, v) for k, v in model.state_dict().items()))
-        self.llm.reset_prefix_cache()
-        self.version = version
+        """Push `model`'s full state dict (tied output layer included) unless `version` is already loaded."""
+        with self.lock:
+            if version == self.version:
+                return
+            weights = [(k, v.detach().clone()) for k, v in model.state_dict().items()]
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+            self.llm.reset_prefix_cache()          # cached KV blocks were computed with the old weights
+            self.version = version
+
+    @contextlib.contextmanager
+    def pinned(self, model: torch.nn.Module, version: int) -> Iterator["VLLMEngine"]:
+        """This engine with `model`'s weights as `version`, held against other threads for the block."""
+        with self.lock:
+            self.sync_weights(model, version)
+            yield self
 
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
         from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
+        tok = self.tokenizer
         start = time.perf_counter()
-        params = SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=seed,
-                                stop_token_ids=[self.tokenizer.eos_token_id], include_stop_str_in_output=True)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        responses, logps = [], []
-        for out in outputs:
-            for c in out.outputs:
-                ids = list(c.token_ids)
-                responses.append(ids)
-                logps.append([lp[t].logprob for lp, t in zip(c.logprobs, ids)])
-        T = max(1, max(len(r) for r in responses))
-        pad = self.tokenizer.pad_token_id
-        response_ids = torch.full((len(responses), T), pad, dtype=torch.long)
-        logp = torch.zeros(len(responses), T)
-        for i, (ids, lp) in enumerate(zip(responses, logps)):
+        enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
+        prompt_ids = enc["input_ids"].repeat_interleave(n, 0)                          # (B, P) left-padded
+        prompt_mask = enc["attention_mask"].repeat_interleave(n, 0)
+        unpadded = [ids[mask.bool()].tolist() for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+        seeds = torch.randint(0, 2**62, (len(prompts),), generator=torch.Generator().manual_seed(seed)).tolist()
+        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=s,
+                                 stop_token_ids=[tok.eos_token_id], detokenize=False) for s in seeds]
+        with self.lock:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in unpadded], params, use_tqdm=False)
+            version = self.version
+        # vLLM returns each request's n samples in completion order: sort them back by sample index.
+        samples = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
+        B, T = len(samples), max(1, max(len(c.token_ids) for c in samples))
+        response_ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)          # (B, T) right-padded
+        logp = torch.zeros(B, T)
+        lengths = torch.zeros(B, dtype=torch.long)
+        for i, c in enumerate(samples):
+            ids = list(c.token_ids)                # includes the stopping <eos>
+            lengths[i] = len(ids)
             response_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            logp[i, :len(lp)] = torch.tensor(lp)
-        response_mask = torch.arange(T)[None, :] < torch.tensor([len(r) for r in responses])[:, None]
-        enc = self.tokenizer([p for p in prompts for _ in range(n)], add_special_tokens=False, padding=True,
-                             return_tensors="pt")
-        texts = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
-        return Rollout(enc["input_ids"], enc["attention_mask"], response_ids, response_mask, logp,
-                       torch.full((len(responses),), self.version, dtype=torch.long), texts,
-                       time.perf_counter() - start)
+            logp[i, :len(ids)] = torch.tensor([step[t].logprob for step, t in zip(c.logprobs, ids)])
+        response_mask = torch.arange(T)[None, :] < lengths[:, None]
+        texts = tok.batch_decode(response_ids, skip_special_tokens=True)
+        return Rollout(prompt_ids, prompt_mask, response_ids, response_mask, logp,
+                       torch.full((B,), version, dtype=torch.long), texts, time.perf_counter() - start)
