@@ -168,10 +168,10 @@ def test_shared_trials_fill_every_slice_and_every_estimator_they_stand_for(tmp_p
     for algo in ("grpo", "tic_grpo"):
         for e in (0.2, 0.28):
             assert cells.loc[(algo, 0, e), "final"] == 0.6
-            assert "stands for grpo, tic_grpo" in cells.loc[(algo, 0, e), "shared_note"]
+            assert "stand for grpo, tic_grpo" in cells.loc[(algo, 0, e), "shared_note"]
     assert len(a.trials) == 6  # the trial list shows each directory once
     text = paper.to_text(paper.paper_tables(a), "cases")
-    assert "0.600 (1 seed)\u2020" in text and "shared on-policy trial onpolicy-0" in text
+    assert "0.600 (1 seed)\u2020" in text and text.count("shared on-policy trials (delay 0") == 1
 
 
 def test_provenance_comes_from_the_trials_and_warns_about_mixtures(tmp_path):

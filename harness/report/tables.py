@@ -143,8 +143,8 @@ def expand_shared(trials: pd.DataFrame) -> pd.DataFrame:
     for r in known.to_dict("records"):
         copies = [dict(r, shared_note="")]
         if r.get("stands_for"):
-            note = (f"shared on-policy trial {r['trial_id']} (delay {show(r.get('delay'))}, one update per "
-                    f"batch) stands for {', '.join(r['stands_for'])}")
+            note = (f"shared on-policy trials (delay {show(r.get('delay'))}, one update per batch: every "
+                    f"estimator's gradient is grpo's) stand for {', '.join(r['stands_for'])}")
             copies = [dict(c, algorithm=a, shared_note=note) for c in copies for a in r["stands_for"]]
         for axis in r.get("ignored") or ():
             if axis not in known:
