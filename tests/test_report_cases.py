@@ -171,7 +171,8 @@ def test_shared_trials_fill_every_slice_and_every_estimator_they_stand_for(tmp_p
             assert "stand for grpo, tic_grpo" in cells.loc[(algo, 0, e), "shared_note"]
     assert len(a.trials) == 6  # the trial list shows each directory once
     text = paper.to_text(paper.paper_tables(a), "cases")
-    assert "0.600 (1 seed)\u2020" in text and text.count("shared on-policy trials (delay 0") == 1
+    assert "0.600 (1 seed)\u2020" in text   # one note per table (one table per ε slice), not one per trial
+    assert text.count("shared on-policy trials (delay 0") == text.count("final held-out accuracy") == 2
 
 
 def test_provenance_comes_from_the_trials_and_warns_about_mixtures(tmp_path):
