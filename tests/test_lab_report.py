@@ -132,3 +132,49 @@ def test_non_lab_suite_has_no_section(tmp_path):
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump({"suite": "x", "version": 1, "base": {}, "grid": {}}))
     assert lab_sections(tmp_path, tmp_path / "out") == []
     assert lab_sections(tmp_path / "missing", tmp_path / "out") == []
+
+
+def _write_trial(root: Path, tid: str, params: dict, bias: float, m2: float, acc: list[float]) -> None:
+    d = root / tid
+    d.mkdir(parents=True)
+    (d / "params.json").write_text(json.dumps(params))
+    (d / "config.yaml").write_text(yaml.safe_dump({"algorithm": params["algorithm"], "eps": 0.2, "group_size": 8}))
+    (d / "status.json").write_text(json.dumps({"status": "completed"}))
+    rows = [{"step": 10 * i, "eval/acc": a} for i, a in enumerate(acc)]
+    rows[-1].update({"lab/bias_true": bias, "lab/second_moment": m2, "lab/target_norm": 1.0})
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("layout", ["old", "new"])
+def test_claim1_counts_configurations_not_trials(tmp_path, layout):
+    """Four configurations at delay 4 (gmc_grpo at ε 0.1 and 0.4; m2po and bapo, which ignore ε), two seeds
+    each. "old": results from before grids skipped ignored axes hold m2po/bapo once per ε (12 trials);
+    "new": once, with no eps key and `ignored: [eps]` (8 trials). Either way 4 units. The relative bias
+    ranks the outcome perfectly; over 4 units the exact permutation p-value of ρ = 1 is 2/4! = 0.083 (the
+    identity and its reverse), so the verdict is "inconclusive". The previous code, on the "old" layout,
+    reported ρ_bias = 0.97, p = 2.7e-07, n = 12 (trials taken as independent) and "consistent"."""
+    from harness.lab.report import verdicts
+    from harness.lab.results import configurations
+
+    configs = [("gmc_grpo", 0.1, 0.1), ("gmc_grpo", 0.4, 0.2), ("m2po", None, 0.3), ("bapo", None, 0.4)]
+    for algo, eps, bias in configs:
+        for seed in (0, 1):
+            acc = [0.1, 1 - bias - 0.01 * seed]
+            base = {"algorithm": algo, "delay": 4, "seed": seed}
+            if eps is not None:
+                _write_trial(tmp_path, f"{algo}-e{eps}-s{seed}", {**base, "eps": eps}, bias, 1.0 + seed, acc)
+            elif layout == "new":
+                _write_trial(tmp_path, f"{algo}-s{seed}", {**base, "ignored": ["eps"]}, bias, 1.0, acc)
+            else:
+                for e in (0.1, 0.4):
+                    _write_trial(tmp_path, f"{algo}-e{e}-s{seed}", {**base, "eps": e}, bias, 1.0, acc)
+    trials = read_trials(tmp_path)
+    assert len(trials) == (12 if layout == "old" else 8)
+    ignored = [t for t in trials if t.ignored]
+    assert len(ignored) == (4 if layout == "new" else 0) and all(math.isnan(t.eps) for t in ignored)  # not 0.2
+    groups = configurations(trials)
+    assert len(groups) == 4 and all(len(g) == 2 for g in groups.values())
+    row = verdicts(None, trials)[0]
+    assert "ρ_bias = 1.00 (p = 0.083)" in row["numbers"], row["numbers"]
+    assert f"n = 4 configurations ({len(trials) if layout == 'new' else 8} trials)" in row["numbers"]
+    assert row["verdict"] == "inconclusive"

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from . import figures
-from .results import LabTrial, bias_ci, fit_power, read_trials, spearman
+from .results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
 
 SWEEP_FILE = Path("lab") / "sweeps.json"
 SWEEP_VERSION = 3
@@ -123,7 +123,7 @@ def _span(xs: list[float]) -> str:
 def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[str, str]]:
     """One row per claim: claim, verdict, numbers, rule."""
     rows = []
-    done = [t for t in trials if t.status in ("completed", "diverged") and t.acc.size]
+    done = distinct([t for t in trials if t.status in ("completed", "diverged") and t.acc.size])
     stale = [t for t in done if t.delay > 0 and "lab/bias_true" in t.measured and "lab/second_moment" in t.measured]
     # Claim 1 --------------------------------------------------------------------------------------
     rows.append(_claim1(stale))
@@ -198,14 +198,22 @@ def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[s
 
 def _claim1(stale: list[LabTrial]) -> dict[str, str]:
     """Within each delay (one measurement pair shared by every estimator), does the relative bias rank the
-    estimators' suboptimality, and better than the relative second moment?"""
+    estimators' suboptimality, and better than the relative second moment?
+
+    The units are the distinct configurations (results.configurations: exact repeats dropped, seeds
+    averaged), not the trials: seeds share the configuration's measurement pair, and an estimator that
+    ignores ε is one configuration however many ε the grid lists. p-values are permutation p-values
+    over those units (results.spearman_permutation)."""
     per = []
     for d in sorted({t.delay for t in stale}):
-        sub = [t for t in stale if t.delay == d]
-        rel = [t.relative() for t in sub]
-        y = [1 - t.auc_acc for t in sub]
-        per.append((d, spearman([r[0] for r in rel], y), spearman([r[1] for r in rel], y)))
-    fitted = [p for p in per if math.isfinite(p[1][0])]
+        groups = list(configurations([t for t in stale if t.delay == d]).values())
+        rel = [[t.relative() for t in g] for g in groups]
+        bias = [_mean([r[0] for r in rs]) for rs in rel]
+        m2 = [_mean([r[1] for r in rs]) for rs in rel]
+        y = [_mean([1 - t.auc_acc for t in g]) for g in groups]
+        n_trials = sum(len(g) for g in groups)
+        per.append((d, spearman_permutation(bias, y), spearman_permutation(m2, y), n_trials))
+    fitted = [p for p in per if math.isfinite(p[1][1])]
     pos = [p for p in fitted if p[1][0] > 0 and p[1][1] < 0.05 and not (p[2][0] >= p[1][0])]
     if not fitted:
         verdict = "not testable here"
@@ -213,15 +221,24 @@ def _claim1(stale: list[LabTrial]) -> dict[str, str]:
         verdict = "inconsistent"
     else:
         verdict = "consistent" if 2 * len(pos) > len(fitted) else "inconclusive"
-    numbers = "; ".join(f"d = {d}: ρ_bias = {b[0]:.2f} (p = {b[1]:.2g}), ρ_m2 = {m[0]:.2f} (p = {m[1]:.2g}), n = {b[2]}"
-                        for d, b, m in per) or "no measured trials with delay > 0"
+    numbers = "; ".join(f"d = {d}: ρ_bias = {b[0]:.2f} (p = {b[1]:.2g}), ρ_m2 = {m[0]:.2f} (p = {m[1]:.2g}), "
+                        f"n = {b[2]} configurations ({n} trials)"
+                        for d, b, m, n in per) or "no measured trials with delay > 0"
     return {"claim": "1. Delay enters through the bias of clipping/rescaling once the second moment is controlled",
             "verdict": verdict,
-            "numbers": "Spearman ρ over trials at each delay between 1 − mean eval/acc and the relative bias "
-                       "‖E ĝ − g*‖/‖g*‖ (ρ_bias) or relative second moment E‖ĝ‖²/‖g*‖² (ρ_m2), measured on the "
-                       f"delay's pair (θ_0, θ_0 + d expected steps): {numbers}",
+            "numbers": "Spearman ρ over the distinct configurations at each delay (estimator × ε where the estimator "
+                       "reads ε; seeds averaged) between 1 − mean eval/acc and the relative bias ‖E ĝ − g*‖/‖g*‖ "
+                       "(ρ_bias) or relative second moment E‖ĝ‖²/‖g*‖² (ρ_m2), Monte Carlo estimates on the "
+                       f"delay's pair (θ_0, θ_0 + d expected steps); permutation p-values: {numbers}",
             "rule": "consistent if at most delays ρ_bias > 0 with p < 0.05 and ρ_bias > ρ_m2; inconsistent if "
-                    "ρ_bias < 0 with p < 0.05 at some delay. A correlation on a proxy pair, not a test of the bound."}
+                    "ρ_bias < 0 with p < 0.05 at some delay. Units are configurations, not trials (seeds share a "
+                    "measurement pair); with n configurations the smallest possible p is 2/n!. A correlation on a "
+                    "proxy pair, not a test of the bound."}
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
 
 
 def _sl(fit: dict[str, Any] | None) -> str:
@@ -296,7 +313,7 @@ def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, str]]:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     trials = read_trials(results_dir)
-    done = [t for t in trials if t.status in ("completed", "diverged") and t.acc.size]
+    done = distinct([t for t in trials if t.status in ("completed", "diverged") and t.acc.size])
     try:
         data, error = load_or_run_sweeps(results_dir, inputs), None
     except Exception as exc:      # a failed sweep must not take the rest of the report down

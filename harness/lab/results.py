@@ -4,10 +4,18 @@
     fit = fit_power(G, bias_sq, bias_sq_se, x_min=8)   # bias = c·G^p, weighted, every point
 
 Trial layout (the suite runner's): <trial_id>/{params.json, config.yaml, eval.jsonl, status.json}. The
-grid point comes from params.json (dotted or plain keys), falling back to config.yaml for a key it lacks.
+grid point comes from params.json (dotted or plain keys), falling back to config.yaml for a key it lacks,
+except a key params.json lists as `ignored` (an estimator that does not read ε runs once, without an
+`eps` key): its value is NaN, not the base config's.
+
+Independence. Trials are not independent units: seeds of one configuration share its measurement pair,
+and results written before grids skipped ignored axes hold the same run once per ε. `distinct` drops
+exact repeats (same estimator, delay and seed, identical curves and measurement); `configurations`
+groups the rest by `LabTrial.config_key`, the configuration without the seed.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -19,6 +27,7 @@ import yaml
 from scipy import stats as sps
 
 NOT_TRIALS = ("lab",)
+KNOWN_KEYS = ("algorithm", "delay", "eps", "group_size", "seed", "ignored", "stands_for")
 
 
 @dataclass
@@ -33,6 +42,14 @@ class LabTrial:
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0))      # eval steps
     acc: np.ndarray = field(default_factory=lambda: np.zeros(0))        # eval/acc at those steps
     measured: dict[str, float] = field(default_factory=dict)            # lab/* of the final eval row
+    ignored: tuple[str, ...] = ()                                        # grid axes the estimator ignores
+    other: tuple[tuple[str, str], ...] = ()                             # other grid keys (params.json), sorted
+
+    @property
+    def config_key(self) -> tuple[Any, ...]:
+        """The trial's configuration without its seed: estimator, delay, ε (None when ignored), G, other keys."""
+        eps = None if "eps" in self.ignored or math.isnan(self.eps) else self.eps
+        return (self.algorithm, self.delay, eps, self.group_size, self.other)
 
     @property
     def final_acc(self) -> float:
@@ -104,14 +121,40 @@ def read_trials(results_dir: Path) -> list[LabTrial]:
         rows.sort(key=lambda r: r.get("step", 0))
         measured = next((r for r in reversed(rows) if "lab/bias_true" in r), {})
         get = lambda key, default: _lookup(params, config, key, default)    # noqa: E731
+        ignored = tuple(str(k) for k in params.get("ignored") or ())
         out.append(LabTrial(
             trial_id=d.name, algorithm=str(get("algorithm", "?")), delay=int(get("delay", 0)),
-            eps=float(get("eps", math.nan)), group_size=int(get("group_size", 0)), seed=int(get("seed", 0)),
+            eps=math.nan if "eps" in ignored else float(get("eps", math.nan)),
+            group_size=int(get("group_size", 0)), seed=int(get("seed", 0)), ignored=ignored,
+            other=tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in params.items()
+                               if k not in KNOWN_KEYS)),
             status=str(status.get("status", "running")) if isinstance(status, dict) else "running",
             steps=np.array([float(r.get("step", 0)) for r in rows]),
             acc=np.array([float(r["eval/acc"]) for r in rows]),
             measured={k: float(v) for k, v in measured.items()
                       if k.startswith("lab/") and isinstance(v, (int, float))}))
+    return out
+
+
+def distinct(trials: list[LabTrial]) -> list[LabTrial]:
+    """The trials without exact repeats: same estimator, delay and seed with identical eval curves and
+    measurement (a run repeated over an axis its estimator ignores, in results written before grids
+    skipped such axes). The first of each is kept, in the given order."""
+    seen, out = set(), []
+    for t in trials:
+        key = (t.algorithm, t.delay, t.seed, t.group_size, t.other, tuple(t.steps.tolist()), tuple(t.acc.tolist()),
+               tuple(sorted(t.measured.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
+def configurations(trials: list[LabTrial]) -> dict[tuple[Any, ...], list[LabTrial]]:
+    """distinct(trials) grouped by configuration (config_key: everything but the seed), in first-seen order."""
+    out: dict[tuple[Any, ...], list[LabTrial]] = {}
+    for t in distinct(trials):
+        out.setdefault(t.config_key, []).append(t)
     return out
 
 
@@ -185,11 +228,25 @@ def bias_ci(sq: float, sq_se: float, z: float = 1.96) -> tuple[float, float]:
     return math.sqrt(max(sq - z * sq_se, 0.0)), math.sqrt(max(sq + z * sq_se, 0.0))
 
 
-def spearman(x: list[float], y: list[float]) -> tuple[float, float, int]:
-    """Spearman's ρ, its two-sided p-value, and n (NaN when fewer than 4 finite pairs)."""
+def spearman_permutation(x: list[float], y: list[float], n_perm: int = 50000,
+                         seed: int = 0) -> tuple[float, float, int]:
+    """Spearman's ρ over n independent units, with a two-sided permutation p-value: exact (all n!
+    orderings) when n! ≤ n_perm, else n_perm seeded random permutations (p = (1 + #{|ρ*| ≥ |ρ|}) / (1 + n_perm)).
+    NaN when fewer than 3 finite pairs or a constant variable. The smallest exact p is 2/n! (0.083 at n = 4)."""
     a, b = np.asarray(x, float), np.asarray(y, float)
     ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 4 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
-        return math.nan, math.nan, int(ok.sum())
-    res = sps.spearmanr(a[ok], b[ok])
-    return float(res.statistic), float(res.pvalue), int(ok.sum())
+    n = int(ok.sum())
+    if n < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return math.nan, math.nan, n
+    ra, rb = sps.rankdata(a[ok]), sps.rankdata(b[ok])
+    ra, rb = (ra - ra.mean()) / np.linalg.norm(ra - ra.mean()), (rb - rb.mean()) / np.linalg.norm(rb - rb.mean())
+    rho = float(ra @ rb)
+    if math.factorial(n) <= n_perm:
+        perms = np.array(list(itertools.permutations(range(n))))
+        extreme = np.abs(rb[perms] @ ra) >= abs(rho) - 1e-12
+        p = float(extreme.mean())
+    else:
+        rng = np.random.default_rng(seed)
+        perms = np.argsort(rng.random((n_perm, n)), axis=1)
+        p = float((1 + (np.abs(rb[perms] @ ra) >= abs(rho) - 1e-12).sum()) / (1 + n_perm))
+    return rho, p, n
