@@ -206,3 +206,24 @@ def test_squared_bias_estimate_is_unbiased_with_a_calibrated_se_at_zero():
     spread, mean_se = float(values.std()), sum(se for _, se in draws) / len(draws)
     assert abs(float(values.mean())) < 3 * spread / math.sqrt(200)
     assert 0.8 < mean_se / spread < 1.25
+
+
+def test_naive_and_decoupled_with_one_update_per_batch():
+    """The lab takes one update per batch, so π_prox = π_θ (logp_proximal is None) and ρ' = 1 at the update:
+    naive's gradient is REINFORCE on π_b's samples with no correction, (1/(G·L)) Σ_i A_i Σ_t ∇log π_θ(o_it)
+    (computed here by autograd on that sum), and decoupled's is w·A∇log π_θ with w = π_θ/π_b per token,
+    i.e. is_none's. Both are group-local, so the batched path serves them."""
+    pair = tiny_pair(kl=0.4)
+    G, M = 3, 5
+    seqs = policy.sample(pair.problem, pair.theta_b, M * G, torch.Generator().manual_seed(0)).view(M, G)
+    specs = {n: estimate.Spec(n, 0.2) for n in ("naive", "decoupled", "is_none")}
+    got = estimate.draw_gradients(pair, seqs, specs, adv_mode="std", aggregation="token-mean")
+    assert all(batched for _, batched in got.values())
+    assert torch.allclose(got["decoupled"][0], got["is_none"][0], atol=1e-12, rtol=0)
+    for g in range(M):
+        theta = pair.theta.clone().requires_grad_(True)
+        inp = estimate.loss_inputs(pair, seqs[g:g + 1], "std")
+        logp = policy.token_logp_table(pair.problem, theta)[seqs[g]]                 # (G, L)
+        surrogate = (inp.advantages.double()[:, None] * logp).sum() / (G * pair.problem.length)
+        (ref,) = torch.autograd.grad(surrogate, theta)
+        assert torch.allclose(got["naive"][0][g], ref.reshape(-1), atol=1e-12, rtol=0), g

@@ -178,3 +178,16 @@ def test_claim1_counts_configurations_not_trials(tmp_path, layout):
     assert "ρ_bias = 1.00 (p = 0.083)" in row["numbers"], row["numbers"]
     assert f"n = 4 configurations ({len(trials) if layout == 'new' else 8} trials)" in row["numbers"]
     assert row["verdict"] == "inconclusive"
+
+
+def test_nothing_calls_the_monte_carlo_numbers_exact(lab_results, tmp_path):
+    """Bias and second moment are Monte Carlo estimates; only J, ∇J, KL, χ² and g* are exact."""
+    repo = Path(__file__).resolve().parents[1]
+    texts = {p: p.read_text() for p in [*(repo / "harness" / "lab").glob("*.py"), repo / "harness" / "lab" / "README.md"]}
+    texts[repo / "README.md"] = "\n".join(line for line in (repo / "README.md").read_text().splitlines() if "lab" in line)
+    wrong = re.compile(r"\bexact\b[^.,;\n]{0,12}(bias|second moment)", re.IGNORECASE)   # not "exactly", not a list
+    assert not {str(p): wrong.findall(t) for p, t in texts.items() if wrong.search(t)}
+    sections = dict(lab_sections(lab_results, tmp_path / "out"))
+    setup = sections["Estimator lab: bias vs group size"]
+    assert "are exact" in setup and "Monte Carlo estimate" in setup and "95% CI" in setup
+    assert "Monte Carlo" in sections["Estimator lab: bias and second moment vs divergence"]
