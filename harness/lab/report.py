@@ -6,7 +6,8 @@
 Returns [] for a suite whose base config has no `lab:` section. Two data sources:
 1. The suite's trials (delayed-SGD dynamics, one final measurement each; harness/lab/dynamics.py).
 2. Fixed-policy sweeps over G, ε and divergence (harness/lab/sweeps.py). They are not suite trials:
-   this function computes them on first use from the suite's base config (≈10–30 s on one core) and
+   this function computes them on first use from the suite's base config (31 s measured for the suite's
+   config on a loaded 2-core machine, with the Monte Carlo escalation of sweeps.py) and
    caches them in <results_dir>/lab/sweeps.json, keyed by their inputs (the report loader ignores lab/).
    Only that computation imports torch, lazily; rendering reads JSON.
 
