@@ -95,3 +95,18 @@ def test_the_lab_suite_loads_and_expands():
     assert {t.config.algorithm for t in trials} >= {"grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo", "is_none"}
     assert all(t.config.lab is not None for t in trials)
     assert len(trials) <= 100                                     # sized for < 3 minutes on 2 cores
+
+
+@pytest.mark.parametrize("algorithm", ["naive", "decoupled"])
+def test_new_estimators_run_as_lab_trials(tmp_path, algorithm):
+    status, metrics, evals = run(tmp_path, "a", tiny(algorithm=algorithm))
+    assert status == "completed" and f"{algorithm}/clip_frac" in metrics[0]
+    assert evals[-1]["lab/batched"] == 1.0 and evals[-1]["lab/batch_groups"] == 2.0
+    assert evals[-1]["lab/measure_groups"] == 40.0
+
+
+def test_measurement_needs_two_batches(tmp_path):
+    base = tiny()
+    base["lab"] = {**base["lab"], "measure_groups": 3}               # prompts_per_step = 2: one batch and a half
+    with pytest.raises(ValueError, match="measure_groups"):
+        run(tmp_path, "a", base)

@@ -1,12 +1,14 @@
-"""Estimator lab: exact bias and second moment of the estimators on enumerable synthetic policies.
+"""Estimator lab: Monte Carlo bias and second moment of the estimators (with standard errors) on enumerable
+synthetic policies, where J, ∇J, KL, χ² and the target gradient are exact.
 
 Modules (see harness/lab/README.md for the definitions and how to run it):
     config.py    LabConfig, the `lab:` section of a run config (torch-free)
     policy.py    the synthetic problem: tabular autoregressive softmax over V^L sequences; exact J, ∇J, KL
-    estimate.py  per-group estimator gradients through algorithms.compute_loss; the target g*; bias/MSE stats
+    estimate.py  per-draw (one batch) estimator gradients through algorithms.compute_loss; the exact target g*;
+                 Monte Carlo bias / second moment / MSE with standard errors
     dynamics.py  run_lab_trial(cfg, log): delayed SGD on the synthetic problem (a suite trial)
     sweeps.py    fixed-policy sweeps over G, ε and divergence (for the report)
-    results.py   read a lab suite's trial files; log-log slope fits (torch-free)
+    results.py   read a lab suite's trial files; distinct configurations; power-law fits; permutation tests (torch-free)
     figures.py   the report's figures (torch-free)
     report.py    lab_sections(results_dir, out_dir): the report section and per-claim verdicts
 """

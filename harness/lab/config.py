@@ -32,7 +32,8 @@ class LabConfig:
     # -- fixed-policy sweeps of the report ----------------------------------------------------------
     sweep_group_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)   # bias vs G
     sweep_group_size: int = 16             # G of the ε and divergence sweeps
-    sweep_groups: int = 4000               # Monte Carlo groups per sweep point
+    sweep_groups: int = 4000               # Monte Carlo groups per sweep point (G and ε sweeps: the first try)
+    sweep_max_groups: int = 16000          # G and ε sweeps: ×4 groups while a bias's SE exceeds 1/3 of it, up to this
     sweep_fit_min_g: int = 8               # the log-log fit of bias vs G uses G >= this
 
     def validate(self, key: str) -> None:
@@ -63,5 +64,8 @@ class LabConfig:
         if not self.sweep_group_sizes or min(self.sweep_group_sizes) < 2:
             raise ConfigError(f"{key}.sweep_group_sizes: need a non-empty list of sizes >= 2; "
                               f"got {list(self.sweep_group_sizes)}")
+        if self.sweep_max_groups < self.sweep_groups:
+            raise ConfigError(f"{key}.sweep_max_groups: must be >= sweep_groups ({self.sweep_groups}); "
+                              f"got {self.sweep_max_groups}")
         if self.sweep_group_size < 2:
             raise ConfigError(f"{key}.sweep_group_size: must be >= 2; got {self.sweep_group_size}")

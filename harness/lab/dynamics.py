@@ -24,12 +24,16 @@ Rows (RunLog; metrics at step t+1 describe update t+1, like the LLM trainer):
     eval.jsonl     eval/acc = J normalized to [0, 1] by the reward range (binary rewards: J itself),
                    lab/J; at step 0, every eval.every_steps and at the last step. The last eval row also
                    holds the trial's measurement (below).
-Measurement (lab.measure_groups > 0): `estimate.measure` of this trial's estimator at its (ε, G) on the
-pair fixed by lab.divergence — "delay": π_b = θ_0 and π_θ = θ_0 after d expected on-policy SGD steps
+Measurement (lab.measure_groups > 0): `estimate.measure` of this trial's estimator at its (ε, G), Monte
+Carlo over lab.measure_groups groups in draws of train.prompts_per_step groups (the batch it trains on,
+so M2PO's mask and BAPO's bounds see the same number of groups as in training), on the pair fixed by
+lab.divergence — "delay": π_b = θ_0 and π_θ = θ_0 after d expected on-policy SGD steps
 θ ← θ + lr·g*(θ) (g* = κ∇J, the target of estimate.py), the same pair for every estimator at a delay;
 "kl": π_θ = θ_0, π_b = θ_0 perturbed to KL(π_b ‖ π_θ) = lab.kl. Logged as lab/bias_true, lab/bias_tis,
 lab/bias_is, lab/second_moment, lab/mse, lab/cosine (each with _se), lab/cosine_mean, lab/rel_bias
-(= bias_true/‖g*‖), lab/target_norm (‖g*‖), lab/pair_kl, lab/pair_chi2, lab/measure_groups, lab/batched.
+(= bias_true/‖g*‖), lab/target_norm (‖g*‖, exact), lab/pair_kl, lab/pair_chi2 (exact), lab/measure_groups
+(groups used), lab/batch_groups (groups per draw), lab/batched. Only the pair's numbers are exact; the
+bias, second moment, MSE and cosines are Monte Carlo estimates with standard errors.
 """
 from __future__ import annotations
 
@@ -64,6 +68,10 @@ def check_supported(cfg: "RunConfig") -> None:
     lab = cfg.lab or LabConfig()
     if cfg.train.advantage == "std" and lab.reward != "binary":
         raise ValueError("advantage 'std' needs lab.reward: binary (exact target); or use train.advantage: mean")
+    K = cfg.train.prompts_per_step
+    if 0 < lab.measure_groups < 2 * K:
+        raise ValueError(f"lab.measure_groups ({lab.measure_groups}) must be 0 or at least two batches of "
+                         f"train.prompts_per_step = {K} groups")
 
 
 def make_setup(cfg: "RunConfig") -> tuple[policy.Problem, torch.Tensor]:
@@ -131,14 +139,16 @@ def measurement_row(cfg: "RunConfig", problem: policy.Problem, theta0: torch.Ten
     spec = estimate.Spec(cfg.algorithm, cfg.eps, tuple(sorted(dict(cfg.params).items())))
     res = estimate.measure(pair, {"est": spec}, G=cfg.group_size, n_groups=lab.measure_groups,
                            adv_mode=cfg.train.advantage, aggregation=cfg.train.aggregation,
-                           seed=cfg.seed + 1, max_loop_groups=lab.loop_groups)
+                           seed=cfg.seed + 1, batch_groups=cfg.train.prompts_per_step,
+                           max_loop_groups=lab.loop_groups)
     m = res["est"]
     row = {f"lab/{k}": m[k] for k in MEASURE_KEYS}
     row.update({f"lab/{k}_se": m[f"{k}_se"] for k in MEASURE_KEYS})
     row.update({"lab/cosine_mean": m["cosine_mean"], "lab/rel_bias": m["rel_bias"],
                 "lab/pair_kl": res["pair"]["kl_behavior"], "lab/pair_chi2": res["pair"]["chi2"],
                 "lab/target_norm": res["pair"]["target_norm"],
-                "lab/measure_groups": m["n_groups"], "lab/batched": m["batched"]})
+                "lab/measure_groups": m["n_groups"], "lab/batch_groups": m["batch_groups"],
+                "lab/batched": m["batched"]})
     return row
 
 

@@ -1,20 +1,29 @@
 """Monte Carlo bias and second moment of the registered estimators on a fixed (behavior, current) pair.
 
-One Monte Carlo draw is one *group*: G sequences sampled i.i.d. from π_b, rewards → advantages with
-`algorithms.group_advantages`, per-token log-probs under π_θ and π_b, mask all ones, and the
-estimator's gradient ĝ = −∇_θ loss from `algorithms.compute_loss` on that group alone, exactly as the
-trainer calls it. Sign: ĝ is an *ascent* direction (the negative loss gradient).
+What is exact and what is not. The pair's J, ∇J, KL, χ² and the target g* (below) are exact sums over
+the enumerated sequences. The estimators' bias, second moment, MSE and cosine are *Monte Carlo* means
+over `n_groups` sampled groups (1,000–4,000 in the suites), each with a standard error (`_se`).
 
-Per-group gradients, fast (the hint of the issue). Many groups go through one `compute_loss` call with
-distinct group ids and the global denominators of a single group (total_tokens = G·L, total_seqs = G),
-so the batched loss is Σ_g loss_g. Its gradient with respect to the (B, T) log-prob tensor itself, a
-leaf, gives per-token coefficients c_{i,t}; then ĝ_g = −Σ_{i∈g,t} c_{i,t} ∇_θ logp_{i,t}, and for the
-tabular softmax ∇_θ log π(o_t | p) = e_{p,o_t} − π(·|p) in row p: a scatter. This is exact only for
-*group-local* estimators (whose batch statistics do not mix groups). Locality is tested, not assumed
-from the name: once per (estimator, ε, params, aggregation) on a fixed probe batch whose groups have
-very different log-ratio scales, and again on the first groups of every draw; an estimator that fails
-either (M2PO's batch mask and BAPO's batch bounds do) is computed one group per call instead, on at
-most `max_loop_groups` groups.
+One Monte Carlo *draw* is one *batch* of K = `batch_groups` groups, the unit an optimizer step consumes
+(`train.prompts_per_step`): K·G sequences sampled i.i.d. from π_b, rewards → advantages with
+`algorithms.group_advantages` (per group), per-token log-probs under π_θ and π_b, mask all ones, and
+the estimator's gradient ĝ = −∇_θ loss from `algorithms.compute_loss` on that batch with the batch's
+own denominators, exactly as the trainer calls it. Sign: ĝ is an *ascent* direction (the negative loss
+gradient). For a group-local estimator the batch gradient is the mean of its K per-group gradients,
+so its bias does not depend on K; M2PO's mask and BAPO's bounds are statistics of the whole batch, so
+their draws depend on K, and are measured at the K they are trained with (K = 1 reproduces the
+one-group-per-call measurement of earlier versions).
+
+Per-group gradients, fast. Many groups go through one `compute_loss` call with distinct group ids and
+the global denominators of a single group (total_tokens = G·L, total_seqs = G), so the batched loss is
+Σ_g loss_g. Its gradient with respect to the (B, T) log-prob tensor itself, a leaf, gives per-token
+coefficients c_{i,t}; then ĝ_g = −Σ_{i∈g,t} c_{i,t} ∇_θ logp_{i,t}, and for the tabular softmax
+∇_θ log π(o_t | p) = e_{p,o_t} − π(·|p) in row p: a scatter. This is exact only for *group-local*
+estimators (whose batch statistics do not mix groups). Locality is tested, not assumed from the name:
+once per (estimator, ε, params, aggregation) on a fixed probe batch whose groups have very different
+log-ratio scales, and again on the first groups of every draw; an estimator that fails either (M2PO's
+batch mask and BAPO's batch bounds do) is computed one batch per call instead, on at most
+`max_loop_groups` groups (`max_loop_groups // K` draws, at least 2).
 
 "The true gradient" g*. Group-normalized advantages make every estimator a surrogate whose on-policy
 expectation is not ∇J itself. We define g* as the on-policy expectation of the estimator family at the
@@ -36,7 +45,9 @@ trajectory IS is *not* unbiased for g* off-policy (the group std is taken over �
 are about `bias_tis`.
 
 Norms of mean vectors are de-noised: ‖E x‖² is estimated by ‖x̄‖² − tr Cov(x̄) (unbiased), reported as
-its square root (0 when negative: unresolved), with a delta-method standard error.
+its square root (0 when negative: unresolved), with a delta-method standard error. The signed squared
+estimate itself is kept too (`<name>_sq`, `<name>_sq_se`): it is unbiased and its noise is centred even
+where the bias is near zero, so fits of bias against G use it rather than the clamped norm (results.py).
 """
 from __future__ import annotations
 
@@ -115,13 +126,14 @@ def loss_inputs(pair: Pair, seqs: Tensor, adv_mode: str) -> LossInputs:
     return LossInputs(pair.logp[flat], pair.logp_b[flat], adv, mask, group_ids)
 
 
-def token_coefficients(name: str, inp: LossInputs, G: int, *, eps: float, params: Mapping[str, object],
+def token_coefficients(name: str, inp: LossInputs, n_seqs: int, *, eps: float, params: Mapping[str, object],
                        aggregation: str) -> tuple[Tensor, dict[str, float]]:
-    """c = ∂(Σ_g loss_g)/∂logp, (B, T), with single-group denominators; and the call's metrics."""
+    """c = ∂loss/∂logp, (B, T), with the denominators of `n_seqs` sequences (total_tokens = n_seqs·T,
+    total_seqs = n_seqs); and the call's metrics. n_seqs = G on many groups gives Σ_g loss_g."""
     logp = inp.logp.detach().clone().requires_grad_(True)
     T = logp.shape[1]
     out = compute_loss(name, replace(inp, logp=logp), eps=eps, aggregation=aggregation, max_tokens=T,
-                       total_tokens=float(G * T), total_seqs=float(G), **dict(params))
+                       total_tokens=float(n_seqs * T), total_seqs=float(n_seqs), **dict(params))
     (c,) = torch.autograd.grad(out.loss, logp)
     return c, out.metrics
 
@@ -145,8 +157,10 @@ def scatter_gradients(pair: Pair, seqs: Tensor, coeff: Tensor) -> Tensor:
     return (onehot.view(M, P, V) - rowsum.view(M, P, 1) * probs).view(M, P * V)
 
 
-def _single_group_coefficients(name: str, inp: LossInputs, G: int, groups: range, **kw) -> Tensor:
-    return torch.cat([token_coefficients(name, inp.rows(slice(g * G, (g + 1) * G)), G, **kw)[0] for g in groups])
+def _call_per_unit(name: str, inp: LossInputs, unit: int, n_units: int, **kw) -> Tensor:
+    """Coefficients from one compute_loss call per consecutive block of `unit` sequences (a group or a batch)."""
+    return torch.cat([token_coefficients(name, inp.rows(slice(u * unit, (u + 1) * unit)), unit, **kw)[0]
+                      for u in range(n_units)])
 
 
 def _probe_inputs() -> tuple[LossInputs, int]:
@@ -170,7 +184,7 @@ def _probe_local(name: str, eps: float, params: tuple[tuple[str, object], ...], 
     inp, G = _probe_inputs()
     kw = dict(eps=eps, params=dict(params), aggregation=aggregation)
     batched = token_coefficients(name, inp, G, **kw)[0]
-    return _same(batched, _single_group_coefficients(name, inp, G, range(3), **kw))
+    return _same(batched, _call_per_unit(name, inp, G, 3, **kw))
 
 
 def is_group_local(name: str, eps: float, params: Mapping[str, object], aggregation: str) -> bool:
@@ -191,14 +205,23 @@ class Spec:
         return dict(eps=self.eps, params=dict(self.params))
 
 
-def per_group_gradients(pair: Pair, seqs: Tensor, specs: Mapping[str, Spec], *, adv_mode: str, aggregation: str,
-                        max_loop_groups: int = 256, chunk_responses: int = 1 << 16) -> dict[str, tuple[Tensor, bool]]:
-    """label -> (per-group gradients ĝ_g (M', P·V), whether the batched path was used), on groups `seqs` (M, G).
+def draw_gradients(pair: Pair, seqs: Tensor, specs: Mapping[str, Spec], *, adv_mode: str, aggregation: str,
+                   batch_groups: int = 1, max_loop_groups: int = 256,
+                   chunk_responses: int = 1 << 16) -> dict[str, tuple[Tensor, bool]]:
+    """label -> (per-draw gradients ĝ (M', P·V), whether the batched path was used), on groups `seqs` (M, G).
 
-    M' = M for group-local estimators; min(M, max_loop_groups) (the first groups) for the others.
-    The loss inputs of each chunk of groups are built once and shared by every estimator.
+    A draw is K = `batch_groups` consecutive groups, one optimizer step's batch (module docstring). M' =
+    M // K draws for group-local estimators (the mean of K per-group gradients, computed batched); for the
+    others M' = max(2, max_loop_groups // K) draws at most (the first ones), one compute_loss call per
+    batch of K·G sequences with that batch's denominators. The loss inputs of each chunk of groups are
+    built once and shared by every estimator.
     """
     M, G = seqs.shape
+    K = int(batch_groups)
+    if K < 1 or M // K < 1:
+        raise ValueError(f"batch_groups must be in [1, {M}] for {M} groups; got {batch_groups}")
+    seqs = seqs[:(M // K) * K]
+    M = seqs.shape[0]
     n_check = min(M, 3)
     head = loss_inputs(pair, seqs[:n_check], adv_mode)
     local = {}
@@ -206,7 +229,7 @@ def per_group_gradients(pair: Pair, seqs: Tensor, specs: Mapping[str, Spec], *, 
         kw = dict(spec.kwargs, aggregation=aggregation)
         local[label] = (is_group_local(spec.name, spec.eps, dict(spec.params), aggregation)
                         and _same(token_coefficients(spec.name, head, G, **kw)[0],     # re-check on this draw
-                                  _single_group_coefficients(spec.name, head, G, range(n_check), **kw)))
+                                  _call_per_unit(spec.name, head, G, n_check, **kw)))
     parts: dict[str, list[Tensor]] = {label: [] for label in specs if local[label]}
     per_chunk = max(1, chunk_responses // G)
     for start in range(0, M, per_chunk) if parts else ():
@@ -215,14 +238,15 @@ def per_group_gradients(pair: Pair, seqs: Tensor, specs: Mapping[str, Spec], *, 
         for label in parts:
             coeff, _ = token_coefficients(specs[label].name, inp, G, aggregation=aggregation, **specs[label].kwargs)
             parts[label].append(scatter_gradients(pair, chunk, coeff))
-    out = {label: (torch.cat(p), True) for label, p in parts.items()}
+    out = {label: (torch.cat(p).view(M // K, K, -1).mean(1), True) for label, p in parts.items()}   # (M/K, D)
     if len(out) < len(specs):
-        few = seqs[:max_loop_groups]
+        n_draws = min(M // K, max(2, max_loop_groups // K))
+        few = seqs[:n_draws * K]
         inp = loss_inputs(pair, few, adv_mode)
         for label in (lb for lb in specs if not local[lb]):
-            coeff = _single_group_coefficients(specs[label].name, inp, G, range(few.shape[0]),
-                                               aggregation=aggregation, **specs[label].kwargs)
-            out[label] = (scatter_gradients(pair, few, coeff), False)
+            coeff = _call_per_unit(specs[label].name, inp, K * G, n_draws, aggregation=aggregation,
+                                   **specs[label].kwargs)
+            out[label] = (scatter_gradients(pair, few.reshape(n_draws, K * G), coeff), False)
     return {label: out[label] for label in specs}
 
 
@@ -244,22 +268,45 @@ def mean_norm(x: Tensor) -> tuple[float, float]:
     return value, float(proj.std() / math.sqrt(M))
 
 
+def mean_sq_norm(x: Tensor) -> tuple[float, float]:
+    """‖E x‖² from samples x (M, D): the unbiased (signed) estimate ‖x̄‖² − tr Cov(x̄) and its standard error.
+
+    Var ≈ 4 μᵀΣμ/M + 2 tr(Σ²)/M² (Gaussian x̄ ~ N(μ, Σ/M)); μᵀΣμ from the projections on x̄ (less their
+    noise, tr(Σ²)/M), and
+    tr(Σ²) = E[((x_i − μ)·(x_j − μ))²] (i ≠ j) from the M/2 disjoint pairs (i, i + M/2): O(M·D), no D×D matrix.
+    The second term keeps the SE honest where the bias is near zero (the delta method's 2‖μ‖·se → 0).
+    """
+    M = x.shape[0]
+    m = x.mean(0)
+    centered = x - m
+    tr = float((centered ** 2).sum()) / (M - 1) / M
+    sq = float(m @ m) - tr
+    proj_var = float((centered @ m).var()) if M > 1 else 0.0                  # m^T Σ̂ m
+    half = M // 2
+    tr_sigma2 = float(((centered[:half] * centered[half:2 * half]).sum(1) ** 2).mean()) if half else 0.0
+    mu_sigma_mu = max(proj_var - tr_sigma2 / M, 0.0)                         # E[x̄ᵀΣx̄] = μᵀΣμ + tr(Σ²)/M
+    return sq, math.sqrt(4 * mu_sigma_mu / M + 2 * tr_sigma2 / M ** 2)
+
+
 def mean_se(x: Tensor) -> tuple[float, float]:
     """Sample mean of x (M,) and its standard error."""
     return float(x.mean()), float(x.std() / math.sqrt(x.numel()))
 
 
-def summarize(grads: Tensor, target: Tensor, grad_j: Tensor, refs: Mapping[str, Tensor]) -> dict[str, float]:
-    """Bias, second moment, MSE and cosine of per-group gradients `grads` (M, D).
+def summarize(grads: Tensor, target: Tensor, grad_j: Tensor, refs: Mapping[str, Tensor],
+              batch_groups: int = 1) -> dict[str, float]:
+    """Monte Carlo bias, second moment, MSE and cosine of per-draw gradients `grads` (M, D), each with its SE.
 
-    target: g* (D,); grad_j: ∇J (D,); refs: name -> reference per-group gradients on the same groups
-    (at least the first M rows), for the paired `bias_<name>`.
+    target: g* (D,); grad_j: ∇J (D,); refs: name -> reference per-draw gradients on the same draws
+    (at least the first M rows), for the paired `bias_<name>`; batch_groups: groups per draw (K).
     """
     M = grads.shape[0]
-    out: dict[str, float] = {"n_groups": float(M)}
-    out["bias_true"], out["bias_true_se"] = mean_norm(grads - target)
-    for ref_name, ref in refs.items():
-        out[f"bias_{ref_name}"], out[f"bias_{ref_name}_se"] = mean_norm(grads - ref[:M])
+    out: dict[str, float] = {"n_draws": float(M), "n_groups": float(M * batch_groups),
+                             "batch_groups": float(batch_groups)}
+    diffs = {"true": grads - target, **{ref_name: grads - ref[:M] for ref_name, ref in refs.items()}}
+    for key, diff in diffs.items():
+        out[f"bias_{key}"], out[f"bias_{key}_se"] = mean_norm(diff)
+        out[f"bias_{key}_sq"], out[f"bias_{key}_sq_se"] = mean_sq_norm(diff)
     out["second_moment"], out["second_moment_se"] = mean_se((grads ** 2).sum(1))
     out["mse"], out["mse_se"] = mean_se(((grads - target) ** 2).sum(1))
     unit = grad_j / grad_j.norm().clamp_min(1e-300)
@@ -272,12 +319,13 @@ def summarize(grads: Tensor, target: Tensor, grad_j: Tensor, refs: Mapping[str, 
 
 
 def measure(pair: Pair, specs: Mapping[str, Spec], *, G: int, n_groups: int, adv_mode: str, aggregation: str,
-            seed: int, max_loop_groups: int = 256,
+            seed: int, batch_groups: int = 1, max_loop_groups: int = 256,
             refs: tuple[str, ...] = ("tis", "is")) -> dict[str, dict[str, float]]:
-    """Measurements of every estimator in `specs` (label -> Spec) on one shared draw of `n_groups` groups.
+    """Monte Carlo measurements of every estimator in `specs` (label -> Spec) on one shared sample of
+    `n_groups` groups, in draws of `batch_groups` groups (one optimizer step's batch).
 
     Returns {"pair": exact facts of the pair, <label>: summarize(...), ...}. The references `refs` (plain
-    trajectory IS "tis", is_none "is" at the first spec's ε) share the draw, so biases are paired.
+    trajectory IS "tis", is_none "is" at the first spec's ε) share the sample, so biases are paired.
     """
     problem = pair.problem
     gen = torch.Generator().manual_seed(int(seed))
@@ -288,8 +336,9 @@ def measure(pair: Pair, specs: Mapping[str, Spec], *, G: int, n_groups: int, adv
     eps_is = next(iter(specs.values())).eps if specs else 0.2
     ref_specs = {k: v for k, v in {"tis": Spec(TRAJ_IS[0], TRAJ_IS[1]), "is": Spec(TOKEN_IS, eps_is)}.items()
                  if k in refs}
-    grads = per_group_gradients(pair, seqs, {**{f"ref:{k}": v for k, v in ref_specs.items()}, **specs},
-                                adv_mode=adv_mode, aggregation=aggregation, max_loop_groups=max_loop_groups)
+    grads = draw_gradients(pair, seqs, {**{f"ref:{k}": v for k, v in ref_specs.items()}, **specs},
+                           adv_mode=adv_mode, aggregation=aggregation, batch_groups=batch_groups,
+                           max_loop_groups=max_loop_groups)
     ref_grads = {k: grads[f"ref:{k}"][0] for k in ref_specs}
     result = {"pair": {
         "J": J, "kl_behavior": policy.kl(problem, pair.theta_b, pair.theta),
@@ -297,5 +346,5 @@ def measure(pair: Pair, specs: Mapping[str, Spec], *, G: int, n_groups: int, adv
         "grad_j_norm": float(grad_j.norm()), "G": float(G)}}
     for label in specs:
         g, batched = grads[label]
-        result[label] = {**summarize(g, target, grad_j, ref_grads), "batched": float(batched)}
+        result[label] = {**summarize(g, target, grad_j, ref_grads, batch_groups), "batched": float(batched)}
     return result

@@ -15,11 +15,12 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-from .results import LabTrial
+from .results import LabTrial, bias_ci
 
 DPI = 90
-COLORS = dict(zip(["gmc_grpo", "tic_grpo", "grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis"],
-                  sns.color_palette("colorblind", 9)))
+COLORS = dict(zip(["gmc_grpo", "tic_grpo", "grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis", "naive"],
+                  sns.color_palette("colorblind", 10)))
+COLORS["decoupled"] = (0.55, 0.35, 0.15)
 
 
 def _color(name: str) -> Any:
@@ -43,14 +44,21 @@ def _log_x(ax: Any, values: Any, labels: Any = None) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _errorbars(ax: Any, x: np.ndarray, y: np.ndarray, se: np.ndarray, label: str, color: Any) -> None:
-    """Resolved points (y > 2 se) with 1-SE bars; unresolved ones as open triangles at the 2-SE bound
-    (points with y = se = 0, where the estimator equals the reference on every group, are not drawn)."""
-    ok = y > 2 * se
-    ax.errorbar(x[ok], y[ok], yerr=se[ok], fmt="o-", ms=4, capsize=2, color=color, label=label)
-    bound = ~ok & (se > 0)
+def _bias_points(ax: Any, rows: list[dict[str, Any]], key: str, label: str, color: Any) -> None:
+    """Every Monte Carlo bias estimate with its 95% CI (from the squared estimate, results.bias_ci): filled
+    where the CI excludes 0, open where it does not; a point estimated as 0 is drawn as an open triangle
+    at its upper bound (y = upper bound = 0, the estimator equal to the reference on every group: not drawn)."""
+    x = np.array([r[key] for r in rows], float)
+    y = np.array([r["bias_tis"] for r in rows], float)
+    ci = np.array([bias_ci(r["bias_tis_sq"], r["bias_tis_sq_se"]) for r in rows], float).reshape(-1, 2)
+    ax.plot(x[y > 0], y[y > 0], "-", color=color, lw=1, label=label)
+    for mask, face in ((ci[:, 0] > 0, color), ((ci[:, 0] <= 0) & (y > 0), "none")):
+        if mask.any():
+            ax.errorbar(x[mask], y[mask], yerr=[y[mask] - ci[mask, 0], ci[mask, 1] - y[mask]], fmt="o", ms=4,
+                        capsize=2, color=color, mfc=face)
+    bound = (y <= 0) & (ci[:, 1] > 0)
     if bound.any():
-        ax.scatter(x[bound], 2 * se[bound], marker="v", facecolors="none", edgecolors=color)
+        ax.scatter(x[bound], ci[bound, 1], marker="v", facecolors="none", edgecolors=color)
 
 
 def bias_vs_g(by_g: list[dict[str, Any]], fits: dict[tuple[float, str], dict[str, Any]], out_dir: Path) -> str:
@@ -60,14 +68,12 @@ def bias_vs_g(by_g: list[dict[str, Any]], fits: dict[tuple[float, str], dict[str
         ax = fig.add_subplot(1, len(kls), i + 1)
         for name in sorted({r["estimator"] for r in by_g}):
             rows = sorted((r for r in by_g if r["kl"] == kl and r["estimator"] == name), key=lambda r: r["G"])
-            x = np.array([r["G"] for r in rows], float)
-            _errorbars(ax, x, np.array([r["bias_tis"] for r in rows]), np.array([r["bias_tis_se"] for r in rows]),
-                       name, _color(name))
+            _bias_points(ax, rows, "G", name, _color(name))
             fit = fits.get((kl, name))
             if fit and math.isfinite(fit["slope"]):
                 xs = np.array(fit["x_used"])
                 ax.plot(xs, np.exp(fit["intercept"]) * xs ** fit["slope"], "--", color=_color(name), lw=1,
-                        label=f"slope {fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}]")
+                        label=f"p = {fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}] ({fit['kind']})")
         ax.set(yscale="log", xlabel="group size G", ylabel="‖E[ĝ − ĝ_trajIS]‖", title=f"KL(π_b‖π_θ) = {kl:g}")
         _log_x(ax, [r["G"] for r in by_g])
         ax.legend(fontsize=6)
@@ -79,8 +85,7 @@ def bias_vs_eps(by_eps: list[dict[str, Any]], delta: list[dict[str, Any]], out_d
     ax = fig.add_subplot(1, 2, 1)
     for name in sorted({r["estimator"] for r in by_eps}):
         rows = sorted((r for r in by_eps if r["estimator"] == name), key=lambda r: r["eps"])
-        _errorbars(ax, np.array([r["eps"] for r in rows]), np.array([r["bias_tis"] for r in rows]),
-                   np.array([r["bias_tis_se"] for r in rows]), name, _color(name))
+        _bias_points(ax, rows, "eps", name, _color(name))
     ax.set(yscale="log", xlabel="ε", ylabel="‖E[ĝ − ĝ_trajIS]‖", title="bias vs ε")
     _log_x(ax, [r["eps"] for r in by_eps])
     ax.legend(fontsize=7)

@@ -1,11 +1,14 @@
 """Fixed-policy sweeps for the report: bias vs G, bias vs ε (with the δ_GMC ≤ δ_clip check), bias vs divergence.
 
-These are not suite trials: each point is one `estimate.measure` on a fixed (behavior, current) pair,
-vectorized, seconds in all. The pair: π_θ = θ_0 of the suite's problem (lab.problem_seed, default 0),
+These are not suite trials: each point is one `estimate.measure` on a fixed (behavior, current) pair:
+the pair is exact, the biases are Monte Carlo with standard errors. In the G and ε sweeps (the ones
+fitted) a point is re-measured on 4× as many groups (a fresh seed) while a focus estimator's bias has an
+SE above 1/3 of its value (`RESOLVE`), up to lab.sweep_max_groups; each row records its `n_groups`.
+A draw is one batch of `batch_groups` groups (the suite's train.prompts_per_step), as in training. The pair: π_θ = θ_0 of the suite's problem (lab.problem_seed, default 0),
 π_b = θ_0 perturbed to KL(π_b ‖ π_θ) = kl (policy.perturb_to_kl). The G sweep runs at every KL of
 `g_kls(lab)` (the suite's lab.kl and two fixed ones) because the fitted slope depends on the divergence.
 
-    data = run_sweeps(lab, eps=0.2, algorithms=[...], adv_mode="mean", aggregation="token-mean")
+    data = run_sweeps(lab, eps=0.2, algorithms=[...], adv_mode="mean", aggregation="token-mean", batch_groups=4)
 
 returns plain JSON-able data (report.py renders it without torch):
     {"config": {...}, "by_g": [row...], "by_eps": [row...], "by_kl": [row...], "delta": [row...]}
@@ -27,6 +30,7 @@ EPS_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)        # the issue's ε range
 KL_GRID = (0.05, 0.1, 0.2, 0.5, 1.0)         # nats, KL(π_b ‖ π_θ)
 FOCUS = ("gmc_grpo", "tic_grpo")             # the two estimators the paper's G and ε claims compare
 CLIP, CAP = "tic_grpo", "gmc_grpo"           # trajectory clipping, group mass capping (ctx tensor "weight": w_i)
+RESOLVE = 3.0                                # re-measure while bias < RESOLVE · SE (SE comparable to the value)
 
 
 def g_kls(lab: LabConfig) -> list[float]:
@@ -70,24 +74,25 @@ def distortion_check(pair: estimate.Pair, G: int, n_groups: int, eps: float, see
 
 
 def run_sweeps(lab: LabConfig, *, eps: float, algorithms: Iterable[str], adv_mode: str, aggregation: str,
-               params: dict[str, dict[str, object]] | None = None, seed: int = 0, threads: int = 1) -> dict[str, Any]:
+               params: dict[str, dict[str, object]] | None = None, batch_groups: int = 1, seed: int = 0,
+               threads: int = 1) -> dict[str, Any]:
     """All sweeps, on `threads` torch threads (restored afterwards): these small ops run fastest on one."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         return _run_sweeps(lab, eps=eps, algorithms=algorithms, adv_mode=adv_mode, aggregation=aggregation,
-                           params=params or {}, seed=seed)
+                           params=params or {}, batch_groups=batch_groups, seed=seed)
     finally:
         torch.set_num_threads(previous)
 
 
 def _run_sweeps(lab: LabConfig, *, eps: float, algorithms: Iterable[str], adv_mode: str, aggregation: str,
-                params: dict[str, dict[str, object]], seed: int) -> dict[str, Any]:
+                params: dict[str, dict[str, object]], batch_groups: int, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     pseed = 0 if lab.problem_seed is None else lab.problem_seed
     problem = policy.make_problem(lab.vocab, lab.length, lab.reward, lab.reward_frac, pseed)
     theta0 = policy.init_logits(problem, lab.init_scale, pseed)
-    common = dict(n_groups=lab.sweep_groups, adv_mode=adv_mode, aggregation=aggregation,
+    common = dict(adv_mode=adv_mode, aggregation=aggregation, batch_groups=batch_groups,
                   max_loop_groups=lab.loop_groups)
 
     def spec(name: str, e: float) -> estimate.Spec:
@@ -100,29 +105,38 @@ def _run_sweeps(lab: LabConfig, *, eps: float, algorithms: Iterable[str], adv_mo
         point += 1
         return seed * 100_003 + point
 
+    def resolved(pair: estimate.Pair, specs: dict[str, estimate.Spec], G: int, **kw: Any) -> dict[str, Any]:
+        """measure(), re-run on 4× the groups while a bias's SE exceeds 1/RESOLVE of it (module docstring)."""
+        n = lab.sweep_groups
+        while True:
+            res = estimate.measure(pair, specs, G=G, n_groups=n, seed=next_seed(), **kw, **common)
+            if n >= lab.sweep_max_groups or all(res[k]["bias_tis"] >= RESOLVE * res[k]["bias_tis_se"] for k in specs):
+                return res
+            n = min(4 * n, lab.sweep_max_groups)
+
     by_g, by_eps, by_kl, delta = [], [], [], []
     for kl in g_kls(lab):
         pair = _pair(problem, theta0, kl, pseed)
         for G in lab.sweep_group_sizes:
-            res = estimate.measure(pair, {n: spec(n, eps) for n in FOCUS}, G=G, seed=next_seed(), refs=("tis",),
-                                   **common)
+            res = resolved(pair, {n: spec(n, eps) for n in FOCUS}, G, refs=("tis",))
             by_g += _rows(res, kl=kl, G=G, eps=eps)
     G = lab.sweep_group_size
     pair = _pair(problem, theta0, lab.kl, pseed)
     for e in EPS_GRID:
-        res = estimate.measure(pair, {n: spec(n, e) for n in FOCUS}, G=G, seed=next_seed(), **common)
+        res = resolved(pair, {n: spec(n, e) for n in FOCUS}, G)
         by_eps += _rows(res, kl=lab.kl, G=G, eps=e)
         delta.append({"kl": lab.kl, **distortion_check(pair, G, lab.sweep_groups, e, next_seed())})
     names = sorted(set(algorithms) | set(FOCUS))
     for kl in KL_GRID:
         res = estimate.measure(_pair(problem, theta0, kl, pseed), {n: spec(n, eps) for n in names}, G=G,
-                               seed=next_seed(), **common)
+                               n_groups=lab.sweep_groups, seed=next_seed(), **common)
         by_kl += _rows(res, kl=kl, G=G, eps=eps)
     J0 = float(policy.objective(problem, theta0))
     return {"config": {"vocab": lab.vocab, "length": lab.length, "reward": lab.reward,
                        "reward_frac": lab.reward_frac, "init_scale": lab.init_scale, "problem_seed": pseed,
                        "kl": lab.kl, "g_kls": g_kls(lab), "eps": eps, "adv_mode": adv_mode,
                        "aggregation": aggregation, "sweep_groups": lab.sweep_groups,
+                       "sweep_max_groups": lab.sweep_max_groups, "batch_groups": batch_groups,
                        "loop_groups": lab.loop_groups, "sweep_group_size": G, "fit_min_g": lab.sweep_fit_min_g,
                        "J0": J0, "seconds": round(time.perf_counter() - start, 2)},
             "by_g": by_g, "by_eps": by_eps, "by_kl": by_kl, "delta": delta}
