@@ -66,7 +66,7 @@ def in_process(suite: Suite, root: Path) -> float:
 
 
 def through_runner(suite: Suite, root: Path) -> float:
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     start = time.perf_counter()
     counts = run_suite(suite, results_root=root, progress=False)

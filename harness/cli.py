@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args) -> int:
-    from .tune_runner import run_suite
+    from .runner import run_suite
 
     suite = _load(args)
     if args.dry_run:
@@ -220,7 +220,7 @@ def _cmd_site(args) -> int:
 
 
 def _cmd_tune(args) -> int:
-    from .tune_runner import tune_suite
+    from .runner import tune_suite
     print(f"tuned overrides: {tune_suite(_load(args), results_root=Path(args.results), address=args.address)}")
     return 0
 

@@ -213,14 +213,14 @@ def test_max_failures_is_between_0_and_10(tmp_path, tiny_base, value, ok):
 
 
 def test_resources_no_node_has_are_refused(monkeypatch):
-    from harness import tune_runner
+    from harness.runner import ray_tune
 
-    monkeypatch.setattr(tune_runner.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}},
+    monkeypatch.setattr(ray_tune.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}},
                                                            {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}])
-    tune_runner._check_fits(Resources(cpu=2))
+    ray_tune.check_fits(Resources(cpu=2))
     for res in (Resources(cpu=1000), Resources(cpu=1, gpu=1), Resources(cpu=2.5)):
         with pytest.raises(ConfigError, match="no Ray node has that") as err:
-            tune_runner._check_fits(res)
+            ray_tune.check_fits(res)
         assert "largest has cpu=2, gpu=0" in str(err.value)
 
 
@@ -229,7 +229,7 @@ def test_resources_no_node_has_are_refused(monkeypatch):
 def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources, monkeypatch):
     """Before: Tune waited forever for a node with 1000 CPUs. Now: one line once Ray is up; no trial
     file and no MLflow parent run is written."""
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -249,7 +249,7 @@ def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources
 
 
 def test_unreachable_mlflow_server_fails_in_seconds_naming_the_variable(tmp_path, tiny_base, monkeypatch):
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     uri = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -288,7 +288,8 @@ def test_local_tracking_stores_are_not_probed():
 
 
 def test_bad_ray_address_fails_in_seconds(tmp_path, tiny_base, monkeypatch):
-    from harness.tune_runner import _probe_address, run_suite
+    from harness.runner import run_suite
+    from harness.runner.ray_tune import _probe_address
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     port = closed_port()
@@ -367,7 +368,7 @@ def test_suite_name_over_100_characters_is_refused(tmp_path, tiny_base):
 
 @pytest.mark.parametrize("where", ["root", "suite"])
 def test_results_path_that_is_a_file_is_one_line(tmp_path, tiny_base, where):
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     suite = load_suite(write_suite(tmp_path, tiny_base))
     root = tmp_path / "results"

@@ -116,13 +116,13 @@ def mlflow_server(tmp_path_factory):
 # ---------------------------------------------------------------- no Ray
 
 
-def test_only_tune_runner_imports_ray():
+def test_only_the_runner_package_imports_ray():
     offenders = []
     for path in (REPO / "harness").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
-            if any(n == "ray" or n.startswith("ray.") for n in names) and path.name != "tune_runner.py":
+            if any(n == "ray" or n.startswith("ray.") for n in names) and path.parent.name != "runner":
                 offenders.append(str(path.relative_to(REPO)))
     assert offenders == []
 
@@ -285,7 +285,7 @@ def _first_call_returns_none(fn):
 
 
 def test_tune_section_is_strict(tiny_base):
-    from harness.tune_runner import parse_tune
+    from harness.runner import parse_tune
 
     def suite(tune):
         return parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis"]}, "tune": tune})
@@ -311,7 +311,7 @@ def test_tune_section_is_strict(tiny_base):
 
 
 def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
-    from harness.tune_runner import _write_overrides, parse_tune
+    from harness.runner.search import _write_overrides, parse_tune
 
     suite = parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis", "gspo"]},
                          "tune": {"param": "train.lr", "low": 1e-5, "high": 1e-3, "trials_per_algorithm": 2}})
@@ -330,7 +330,7 @@ def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
 
 
 def test_tune_lr_suite_file_is_valid():
-    from harness.tune_runner import parse_tune
+    from harness.runner import parse_tune
 
     suite = load_suite(REPO / "suites" / "tune-lr.yaml")
     spec = parse_tune(suite)
@@ -346,7 +346,7 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
     per failure, and MLflow (one parent, one child per trial, params, every step once) are checked."""
     from mlflow.tracking import MlflowClient
 
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     broken = tmp_path / "broken-model"
@@ -487,7 +487,7 @@ def test_worker_crash_is_retried_and_resumes(tmp_path, tiny_base, monkeypatch, c
 
     import psutil
 
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 40, "checkpoint_every": 4}}
@@ -520,7 +520,7 @@ def test_worker_crash_is_retried_and_resumes(tmp_path, tiny_base, monkeypatch, c
 
 @pytest.mark.slow
 def test_tune_suite_equal_budget_and_overrides(tmp_path, tiny_base, monkeypatch):
-    from harness.tune_runner import tune_suite
+    from harness.runner import tune_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 4}, "eval": {"every_steps": 2}}
@@ -544,7 +544,7 @@ def test_run_suite_on_a_ray_cluster_with_shared_storage(tmp_path, tiny_base, mon
     import shutil
     import tempfile
 
-    from harness.tune_runner import run_suite
+    from harness.runner import run_suite
 
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")      # short: Ray's socket paths have a length limit
     port = free_port()

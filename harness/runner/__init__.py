@@ -1,0 +1,12 @@
+"""The suite runner: schedules a suite's trials on Ray Tune (local or a cluster) and searches
+hyper-parameters with Optuna through Ray Tune. The only package that imports ray.
+
+    grid.py      run_suite: the grid of a suite -> results/<suite>/, MLflow (`stalebench run`)
+    search.py    tune_suite: per-estimator hyper-parameter search (`stalebench tune`)
+    ray_tune.py  Ray session, the Tune experiment, the trainable and its callbacks
+    console.py   progress and event lines
+"""
+from .grid import run_suite
+from .search import TuneSpec, parse_tune, tune_suite
+
+__all__ = ["TuneSpec", "parse_tune", "run_suite", "tune_suite"]

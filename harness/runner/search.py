@@ -1,0 +1,209 @@
+"""`stalebench tune`: hyper-parameter search (Optuna's TPE, run through Ray Tune) of one setting per
+estimator with the same budget for each, written as suite `overrides:` (tuned-overrides.yaml)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import yaml
+from ray import tune
+
+from ..config import DEFAULT_ESTIMATOR, ConfigError, build_run_config, from_dict
+from ..status import last_eval
+from ..suite import Suite, Trial
+from ..tracking import close_suite_run
+from ..trial import MlflowTarget
+from ..trialdir import suite_results_dir
+from .console import Say, printer
+from .grid import open_mlflow, tracking_uri, verify_bases, write_suite_file
+from .ray_tune import check_fits, error_reason, ray_session, run_in_worker, storage_path
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """The suite's `tune:` section."""
+    param: str = "train.lr"                # a float run-config setting, searched log-uniformly
+    low: float = 0.0                       # the range [low, high], 0 < low < high (required)
+    high: float = 0.0
+    trials_per_algorithm: int = 8          # the same budget for every estimator
+    metric: str = "eval/acc"               # objective: this metric in the last row of the trial's eval.jsonl
+    mode: str = "max"                      # max | min
+    sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
+    delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
+                                           # update per batch: there every estimator's gradient equals grpo's
+
+    def validate(self, suite: Suite) -> None:
+        if not 0 < self.low < self.high:
+            raise ConfigError(f"tune.low, tune.high: need 0 < low < high (a log-uniform range); got {self.low}, {self.high}")
+        if self.trials_per_algorithm < 1:
+            raise ConfigError(f"tune.trials_per_algorithm: must be >= 1; got {self.trials_per_algorithm}")
+        if self.mode not in ("max", "min"):
+            raise ConfigError(f"tune.mode: {self.mode!r} is not valid; choose one of max, min")
+        if not self.metric:
+            raise ConfigError("tune.metric: must name an eval metric, e.g. eval/acc")
+        value: Any = build_run_config(suite.base)
+        for part in self.param.split("."):
+            if not hasattr(value, part.replace("async", "async_")):
+                raise ConfigError(f"tune.param: {self.param!r} is not a run-config key (e.g. train.lr)")
+            value = getattr(value, part.replace("async", "async_"))
+        if not isinstance(value, float):
+            raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
+        for bound in (self.low, self.high):
+            build_run_config(suite.base, {self.param: bound})     # a value the setting refuses
+        if self.delay is not None and self.delay < 0:
+            raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
+
+    def tune_delay(self, suite: Suite) -> int:
+        return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
+
+
+def parse_tune(suite: Suite) -> TuneSpec:
+    """The validated `tune:` section of a suite (a one-line ConfigError naming the key otherwise)."""
+    if not suite.tune:
+        raise ConfigError(f"tune: suite {suite.name!r} has no tune section, e.g. "
+                          f"tune: {{param: train.lr, low: 1e-5, high: 1e-3, trials_per_algorithm: 8}}")
+    for key in ("low", "high"):
+        if key not in suite.tune:
+            raise ConfigError(f"tune.{key}: required (the log-uniform search range)")
+    spec = from_dict(TuneSpec, suite.tune, "tune")
+    spec.validate(suite)
+    return spec
+
+
+def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str | None = None,
+               progress: bool = True) -> Path:
+    """Search `tune.param` for every estimator of the suite's grid with the same number of trials, at
+    `tune.delay` (default: the grid's largest delay, where the estimators differ), the first value of
+    every other grid axis and the first seed; write the best value per
+    estimator as suite `overrides:` to results/<suite>/tuned-overrides.yaml and return that path.
+
+    Trials live in results/<suite>/tune/<estimator>-<param><value>; an interrupted search starts again
+    (the seeded sampler proposes the same values first, and a finished trial of a value is not rerun)."""
+    spec = parse_tune(suite)
+    say = printer(progress)
+    suite_dir = suite_results_dir(results_root, suite.name)
+    write_suite_file(suite, suite_dir, say)
+    algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
+    delay = spec.tune_delay(suite)
+    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": suite.seeds[0]}
+    verify_bases([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms])
+    say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
+        f"{spec.trials_per_algorithm} trials each at delay {delay} -> {suite_dir / 'tune'}")
+    uri = tracking_uri(Path(results_root))
+    results: dict[str, list[dict[str, Any]]] = {}
+    with ray_session(address, say):
+        check_fits(suite.resources)
+        target = open_mlflow(suite, uri, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
+        (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
+        (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
+        try:
+            for algorithm in algorithms:
+                results[algorithm] = _search(suite, spec, algorithm, fixed, suite_dir, target, say)
+        finally:
+            statuses = [r["status"] for rows in results.values() for r in rows]
+            close_suite_run(target.tracking_uri, target.parent_run_id, {s: statuses.count(s) for s in set(statuses)},
+                            interrupted=len(results) < len(algorithms))
+    return _write_overrides(suite, spec, results, suite_dir)
+
+
+def _tune_trial(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any], value: float) -> Trial:
+    params = {"algorithm": algorithm, **fixed, spec.param: value}
+    config = build_run_config(suite.base, {**suite.overrides.get(algorithm, {}), **params})
+    return Trial(f"tune-{algorithm}-{spec.param.rsplit('.', 1)[-1]}{value:.4e}", params, config)
+
+
+def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any], suite_dir: Path,
+            target: MlflowTarget, say: Say) -> list[dict[str, Any]]:
+    """One Tune experiment: Optuna's TPE proposes `trials_per_algorithm` values for one estimator."""
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)      # not 'A new study created in memory ...'
+    res = suite.resources
+    cluster = ray.cluster_resources()
+    fits = int(cluster.get("CPU", 1) // res.cpu) if not res.gpu else int(cluster.get("GPU", 0) // res.gpu)
+    concurrent = max(1, min(res.max_concurrent or fits, spec.trials_per_algorithm))
+    # TPE's default 10 random start-up trials would make a budget of 8 a random search.
+    sampler = optuna.samplers.TPESampler(seed=spec.sampler_seed, n_startup_trials=max(2, spec.trials_per_algorithm // 2))
+    searcher = ConcurrencyLimiter(OptunaSearch(metric="objective", mode=spec.mode, sampler=sampler), concurrent)
+    trainable = tune.with_resources(
+        tune.with_parameters(_tune_trainable, suite=suite, spec=spec, algorithm=algorithm, fixed=fixed,
+                             tune_dir=str(suite_dir / "tune"), mlflow=target, cwd=os.getcwd()),
+        {"cpu": res.cpu, "gpu": res.gpu})
+    grid = tune.Tuner(
+        trainable, param_space={"value": tune.loguniform(spec.low, spec.high)},
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=spec.trials_per_algorithm, reuse_actors=True),
+        run_config=tune.RunConfig(name=f"{suite.name}-tune-{algorithm}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                  storage_path=storage_path(suite_dir), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=res.max_failures),
+                                  callbacks=[_TuneEvents(algorithm, spec, say)])).fit()
+    if any(r.error is None and not (r.metrics or {}).get("status") for r in grid):
+        raise KeyboardInterrupt(f"tuning {algorithm} was interrupted")      # Ctrl+C: Tune stopped and returned
+    rows = []
+    for result in grid:
+        value, metrics = float(result.config["value"]), result.metrics or {}
+        rows.append({"algorithm": algorithm, spec.param: value, "status": metrics.get("status", "failed"),
+                     "objective": metrics.get("objective"), "trial_id": _tune_trial(suite, spec, algorithm, fixed, value).trial_id})
+    rows.sort(key=lambda r: r[spec.param])
+    with open(suite_dir / "tune" / "trials.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return rows
+
+
+def _tune_trainable(config: dict, *, suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
+                    tune_dir: str, mlflow: MlflowTarget, cwd: str) -> None:
+    """In a Ray worker: one tuning trial; reports the objective (a diverged run gets the worst value)."""
+    trial = _tune_trial(suite, spec, algorithm, fixed, float(config["value"]))
+    status = run_in_worker(trial, Path(tune_dir), mlflow, cwd)
+    value = last_eval(Path(tune_dir) / trial.trial_id, spec.metric)
+    if status.get("status") != "completed" or value is None or not math.isfinite(value):
+        value = -math.inf if spec.mode == "max" else math.inf
+    tune.report({"objective": value, "status": status.get("status", "unknown")})
+
+
+class _TuneEvents(tune.Callback):
+    def __init__(self, algorithm: str, spec: TuneSpec, say: Say):
+        self.algorithm, self.spec, self.say, self.n = algorithm, spec, say, 0
+
+    def _line(self, trial, outcome: str) -> None:
+        self.n += 1
+        self.say(f"tune {self.algorithm} {self.n}/{self.spec.trials_per_algorithm}: "
+                 f"{self.spec.param}={trial.config['value']:.3e} -> {outcome}")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        m = trial.last_result or {}
+        self._line(trial, f"{self.spec.metric} {m.get('objective')} ({m.get('status')})")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._line(trial, f"FAILED: {error_reason(trial)}")
+
+
+def _write_overrides(suite: Suite, spec: TuneSpec, results: dict[str, list[dict[str, Any]]], suite_dir: Path) -> Path:
+    """results/<suite>/tuned-overrides.yaml: the best value per estimator as a suite `overrides:` mapping."""
+    sign = 1 if spec.mode == "max" else -1
+    chosen, lines = {}, []
+    for algorithm, rows in results.items():
+        ok = [r for r in rows if r["status"] == "completed" and r["objective"] is not None and math.isfinite(r["objective"])]
+        lines += [f"#   {algorithm:<10} {spec.param}={r[spec.param]:.3e}  {spec.metric}="
+                  f"{'n/a' if r['objective'] is None else r['objective']}  ({r['status']})" for r in rows]
+        if ok:
+            best = max(ok, key=lambda r: (sign * r["objective"], -r[spec.param]))   # ties: the smaller value
+            chosen[algorithm] = {spec.param: float(f"{best[spec.param]:.4g}")}
+    missing = sorted(set(results) - set(chosen))
+    header = [
+        f"# Tuned {spec.param} per estimator for suite {suite.name} by `stalebench tune` on {time.strftime('%Y-%m-%d %H:%M')}:",
+        (f"# Optuna TPE through Ray Tune, {spec.trials_per_algorithm} trials per estimator, log-uniform in "
+         f"[{spec.low:g}, {spec.high:g}], delay 0, objective: final {spec.metric} ({spec.mode})."),
+        "# To use: copy the `overrides:` mapping into a suite file as its top-level `overrides:` key (keep only",
+        "# the estimators that suite runs; the loader rejects overrides for estimators it does not use).",
+        *([f"# No completed trial for: {', '.join(missing)} (no override written)."] if missing else []),
+        "# Trials:", *lines, ""]
+    path = suite_dir / "tuned-overrides.yaml"
+    path.write_text("\n".join(header) + yaml.safe_dump({"overrides": chosen}, sort_keys=False))
+    return path
