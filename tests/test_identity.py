@@ -54,7 +54,7 @@ def test_train_cli_refuses_an_edited_suite_in_one_line(tiny_base, tmp_path, monk
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train.lr 0.001 -> 0.005" in err
     assert main(["train", str(path), "--trial", "seed=0", "--set", "train.lr=5e-3", "--rerun-changed"]) == 0
-    config = yaml.safe_load((tmp_path / "results" / "cli" / "grpo-s0" / "config.yaml").read_text())
+    config = yaml.safe_load((tmp_path / "results" / "cli" / "s0" / "config.yaml").read_text())
     assert config["train"]["lr"] == 5e-3
 
 
