@@ -120,7 +120,7 @@ def test_nan_is_recorded_as_diverged(tiny_base, tmp_path, monkeypatch):
     assert rows[-1]["step"] == 3
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "m2po", "bapo", "gmc_grpo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "m2po", "bapo", "gmc_grpo", "tic_grpo"])
 def test_micro_batching_gives_the_same_update(tiny_base, algorithm):
     def params_after_one_update(micro):
         cfg = build_run_config(tiny_base, {"algorithm": algorithm, "delay": 0, "train.micro_batch_size": micro})
@@ -137,6 +137,20 @@ def test_micro_batching_gives_the_same_update(tiny_base, algorithm):
     for a, b in zip(whole, micro):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
     assert m_whole["loss/value"] == pytest.approx(m_micro["loss/value"], abs=1e-6)
+    # Extremes combine as extremes across micro-batches (not as a share-weighted mean), so every metric,
+    # `…_max`/`…_min` included, is the whole batch's: e.g. tic/log_ratio_max, gmc/scale_min, is/ratio_max.
+    assert m_whole.keys() == m_micro.keys()
+    for key in m_whole:
+        if not key.startswith(("perf/", "loss/", "opt/")):
+            assert m_micro[key] == pytest.approx(m_whole[key], rel=1e-5, abs=1e-6), key
+
+
+def test_combine_metrics_takes_extremes_and_weighted_means():
+    from harness.trainer import combine_metrics
+    # shares 0.25 / 0.75: mean 0.25·2 + 0.75·4 = 3.5; max of (1, 5) = 5; min of (0.3, 0.1) = 0.1
+    parts = [(0.25, {"a/x": 2.0, "is/ratio_max": 1.0, "gmc/scale_min": 0.3, "stale/max": 3.0}),
+             (0.75, {"a/x": 4.0, "is/ratio_max": 5.0, "gmc/scale_min": 0.1, "stale/max": 2.0})]
+    assert combine_metrics(parts) == {"a/x": 3.5, "is/ratio_max": 5.0, "gmc/scale_min": 0.1, "stale/max": 3.0}
 
 
 def test_async_with_zero_staleness_reproduces_synchronous_training(tiny_base, tmp_path):

@@ -37,7 +37,7 @@ class LabConfig:
     sweep_fit_min_g: int = 8               # the log-log fit of bias vs G uses G >= this
 
     def validate(self, key: str) -> None:
-        from ..config import ConfigError
+        from ..errors import ConfigError
 
         if self.vocab < 2 or self.length < 1 or self.vocab ** self.length > 100_000:
             raise ConfigError(f"{key}: need vocab >= 2, length >= 1 and vocab**length <= 100000; "
