@@ -61,8 +61,8 @@ def test_a_broken_plugin_is_one_line(monkeypatch, tmp_path, capsys):
     from harness.cli import main
 
     monkeypatch.setattr(registry, "_plugins_loaded", False)
-    monkeypatch.delenv("STALEBENCH_PLUGINS", raising=False)
+    # main() writes the variable for Ray workers; setenv first so that the test's undo removes it again
+    monkeypatch.setenv("STALEBENCH_PLUGINS", "")
     assert main(["--plugin", "no_such_plugin_module", "check", "suites/quickstart.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "estimator plugin 'no_such_plugin_module' failed to load" in err
-    monkeypatch.delenv("STALEBENCH_PLUGINS", raising=False)
