@@ -18,28 +18,18 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from gpu_trainer_check import qwen3_shaped            # scripts/ is on sys.path when run as a script
 
 from harness.config import build_run_config
-from harness.models import char_tokenizer
-from harness.tasks.synthetic import ADDREV_VOCAB
-from harness.tracking import RunLog
+from harness.suite import Trial
+from harness.trial import run_trial
 from harness.trialdir import read_jsonl
-from harness.trainer import train
 
 
 def main(steps: int = 8) -> None:
     assert torch.cuda.is_available(), "gpu_check needs a CUDA GPU"
     root = Path(tempfile.mkdtemp(prefix="stalebench-gpu-"))
-    model_dir = root / "qwen3-0.6b-shape"
-    vocab = 151936
-    # Filler entries give the tokenizer the model's vocabulary size, so every sampled id decodes.
-    tok = char_tokenizer(ADDREV_VOCAB + [f"<x{i}>" for i in range(vocab - len(ADDREV_VOCAB) - 2)])
-    config = Qwen3Config(vocab_size=vocab, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-                         num_key_value_heads=8, head_dim=128, intermediate_size=3072, max_position_embeddings=4096,
-                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=1, torch_dtype="bfloat16")
-    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+    model_dir = qwen3_shaped(root)
     cfg = build_run_config({
         "algorithm": "gmc_grpo", "delay": 2, "group_size": 8,
         "model": {"kind": "path", "path": str(model_dir), "engine": "vllm", "dtype": "bfloat16",
@@ -51,8 +41,8 @@ def main(steps: int = 8) -> None:
     })
     torch.cuda.reset_peak_memory_stats()
     start = time.time()
-    status = train(cfg, RunLog(root / "trial"), {"check": "gpu"})
-    rows = read_jsonl(root / "trial" / "metrics.jsonl")[1:]          # skip the first (compile/warm-up) step
+    status = run_trial(Trial("gpu-vllm", {"check": "gpu"}, cfg), root)["status"]
+    rows = read_jsonl(root / "gpu-vllm" / "metrics.jsonl")[1:]          # skip the first (compile/warm-up) step
     peak = torch.cuda.max_memory_allocated() / 2**30
     free, total = torch.cuda.mem_get_info()
     hf_tokens_per_s = transformers_engine_tokens_per_s(model_dir, cfg)
