@@ -263,3 +263,19 @@ def test_compare_puts_two_suites_side_by_side_with_difference_intervals(tmp_path
     # dof = 2, t_0.975,2 = 4.3027: interval ±0.06085.
     d = difference_estimate(np.array([0.40, 0.42]), np.array([0.40, 0.42]))
     assert d.method == "t" and abs(d.hi - 0.060850) < 1e-5 and abs(d.lo + 0.060850) < 1e-5
+
+
+def test_evaluated_kept_policies_get_a_benchmark_table_with_hostile_text_escaped(tmp_path):
+    d = suite_dir(tmp_path)
+    trial(d, "t0", "grpo", 0, 0, [0.2, 0.3])
+    trial(d, "t1", "gmc_grpo", 16, 0, [0.2, 0.25])
+    (d / "t0" / "benchmarks").mkdir()
+    (d / "t0" / "benchmarks" / "results.json").write_text(json.dumps(
+        {"benchmarks": {"addrev": {"acc": 0.25, "acc_stderr": 0.0435, "n": 100},
+                        "<script>x</script>": {"acc": 0.5, "acc_stderr": None, "n": 2}}}))
+    page = build_report(d, tmp_path / "out").read_text()
+    assert "Benchmark evaluation" in page and "0.250 ± 0.043 (100)" in page and "0.500 (2)" in page
+    assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    section = page[page.index("Benchmark evaluation</h2>"):]
+    section = section[:section.index("</table>")]
+    assert section.count("<tr>") == 2 and "<td>t0</td>" in section and "<td>t1</td>" not in section  # head + t0

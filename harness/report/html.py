@@ -13,6 +13,7 @@ import json
 import math
 import re
 import shutil
+from html import escape
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
+from harness import trialdir
 from harness.report import figures as fig
 from harness.report import paper, stats, tables
 from harness.report.load import SuiteResults, load_suite
@@ -48,6 +50,35 @@ def extra_sections(results_dir: Path, out_dir: Path) -> list[Section]:
     base config (their figures are written straight into `out_dir`, so nothing needs copying)."""
     from harness.lab.report import lab_sections
     return [Section(title, html) for title, html in lab_sections(results_dir, out_dir)]
+
+
+def benchmark_sections(res: SuiteResults) -> list[Section]:
+    """The per-benchmark table of the trials whose kept policy was evaluated (`stalebench eval --trial`
+    wrote <trial>/benchmarks/results.json): one row per trial, one column per benchmark, accuracy ±
+    standard error (problems)."""
+    rows = []
+    for r in res.trials.to_dict("records"):
+        scores, _ = trialdir.read_object(res.path / str(r["trial_id"]) / "benchmarks" / "results.json")
+        if scores and isinstance(scores.get("benchmarks"), dict):
+            rows.append((r, scores["benchmarks"]))
+    if not rows:
+        return []
+    names = sorted({b for _, scores in rows for b in scores})
+
+    def cell(score: Any) -> str:
+        if not isinstance(score, dict) or not isinstance(score.get("acc"), (int, float)):
+            return "—"
+        err = score.get("acc_stderr")
+        return f"{score['acc']:.3f}" + (f" ± {err:.3f}" if isinstance(err, (int, float)) else "") + f" ({score.get('n')})"
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in ["trial", "algorithm", "delay", "seed", *names])
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in
+                                    [r["trial_id"], r.get("algorithm", ""), show(r.get("delay")), show(r.get("seed")),
+                                     *(cell(scores.get(b)) for b in names)]) + "</tr>" for r, scores in rows)
+    text = ("<p>Kept policies (<code>train.save</code>) evaluated with <code>stalebench eval --trial</code>: "
+            "lm-eval on the local benchmark files, greedy, zero-shot; accuracy ± its standard error (problems).</p>")
+    return [Section("Benchmark evaluation", f'{text}<table class="sortable"><thead><tr>{head}</tr></thead>'
+                                            f"<tbody>{body}</tbody></table>")]
 
 
 def suite_slug(name: str) -> str:
@@ -94,7 +125,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
             fig.heatmap("group_size", plot, out_dir), fig.survival_curves(plot, out_dir),
             fig.staleness(a.trials, res.metrics, out_dir)]
     figures = [f for f in made if f is not None]
-    extras = _copy_extras(extra_sections(res.path, out_dir), out_dir)
+    extras = _copy_extras(extra_sections(res.path, out_dir) + benchmark_sections(res), out_dir)
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
     papers = paper.paper_tables(a)
