@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-from gpu_trainer_check import qwen3_shaped            # scripts/ is on sys.path when run as a script
+from gpu_trainer_check import qwen3_shaped, step_means           # scripts/ is on sys.path when run as a script
 
 from harness.config import build_run_config
 from harness.suite import Trial
@@ -48,9 +48,7 @@ def main(steps: int = 8) -> None:
     hf_tokens_per_s = transformers_engine_tokens_per_s(model_dir, cfg)
     summary = {
         "status": status, "steps": len(rows) + 1, "wall_s": round(time.time() - start, 1),
-        "rollout_tokens_per_s": sum(r["perf/tokens_per_s"] for r in rows) / len(rows),
-        "step_s": sum(r["perf/step_s"] for r in rows) / len(rows),
-        "rollout_s": sum(r["perf/rollout_s"] for r in rows) / len(rows),
+        **step_means(rows),
         "hf_engine_tokens_per_s": hf_tokens_per_s,
         "peak_gpu_mem_gib": peak, "gpu_mem_in_use_gib_at_end": (total - free) / 2**30,
         "engine_gap_max": max(r.get("is/engine_gap_max", float("nan")) for r in rows),

@@ -37,6 +37,13 @@ def qwen3_shaped(root: Path) -> Path:
     return root / "qwen3-0.6b-shape"
 
 
+def step_means(rows: list[dict]) -> dict:
+    """Mean step time, rollout time and rollout tokens/s over metrics rows."""
+    mean = lambda key: sum(r[key] for r in rows) / len(rows)
+    return {"step_s": round(mean("perf/step_s"), 3), "rollout_s": round(mean("perf/rollout_s"), 3),
+            "rollout_tokens_per_s": round(mean("perf/tokens_per_s"))}
+
+
 def check(model_dir: Path, root: Path, backend: str, steps: int) -> dict:
     cfg = build_run_config({
         "algorithm": "gmc_grpo", "delay": 2, "group_size": 8,
@@ -52,9 +59,7 @@ def check(model_dir: Path, root: Path, backend: str, steps: int) -> dict:
     status = run_trial(Trial(f"gpu-{backend}", {"check": backend}, cfg), root)
     rows = read_jsonl(root / f"gpu-{backend}" / "metrics.jsonl")[1:]     # the first step includes warm-up
     return {"backend": backend, "status": status["status"], "steps": len(rows) + 1, "wall_s": round(time.time() - start, 1),
-            "step_s": round(sum(r["perf/step_s"] for r in rows) / len(rows), 3),
-            "rollout_s": round(sum(r["perf/rollout_s"] for r in rows) / len(rows), 3),
-            "rollout_tokens_per_s": round(sum(r["perf/tokens_per_s"] for r in rows) / len(rows)),
+            **step_means(rows),
             "grad_norm_finite": all(r["opt/grad_norm"] == r["opt/grad_norm"] for r in rows),
             "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
