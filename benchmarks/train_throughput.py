@@ -116,7 +116,7 @@ class TRLPeer:
 
         self.name = f"TRL {trl.__version__} GRPOTrainer"
         cfg = run_config(args)
-        model, tokenizer = load_model(model_path(cfg.model, cfg.task), cfg.model.dtype)
+        model, tokenizer = load_model(model_path(cfg.model), cfg.model.dtype)
         task = make_task(cfg.task.name)
         problems = task.problems("train", 4096, args.seed)
         dataset = Dataset.from_dict({"prompt": [p.prompt for p in problems],      # plain text, not conversational

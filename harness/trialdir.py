@@ -1,4 +1,4 @@
-"""The trial directory: the one owner of its file format (stdlib and yaml only; no torch, no ray).
+"""The trial directory: the one owner of its file format (stdlib, yaml and orjson only; no torch, no ray).
 
     results/<suite>/<trial_id>/
         config.yaml       the resolved run config (what the trial *is*; its hash is the trial's identity)
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import orjson
 import yaml
 
 STATUSES = ("running", "completed", "failed", "diverged")
@@ -175,22 +176,35 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines, for readers that
     report damage rather than stop on it (the report); ([], 0) if absent. Fast for large files."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+        raw = Path(path).read_bytes().strip()
     except (FileNotFoundError, IsADirectoryError):
         return [], 0
-    if not text:
+    if not raw:
         return [], 0
-    try:  # fast path: the whole file as one JSON array
-        rows = json.loads("[" + text.replace("\n", ",") + "]")
-    except json.JSONDecodeError:  # a torn or damaged line: parse line by line
+    rows = _json_array(raw)
+    if rows is None:  # a torn or damaged line: parse line by line
         rows = []
-        for line in filter(str.strip, text.splitlines()):
+        for line in filter(str.strip, raw.decode("utf-8", errors="replace").splitlines()):
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
                 rows.append(None)
     good = [r for r in rows if isinstance(r, dict)]
     return good, len(rows) - len(good)
+
+
+def _json_array(raw: bytes) -> list[Any] | None:
+    """The lines of `raw` as one JSON array (None if a line is damaged): by orjson, three times faster
+    than the stdlib, unless a NaN or Infinity (a diverged step), which orjson rejects, needs the stdlib."""
+    joined = b"[" + raw.replace(b"\n", b",") + b"]"
+    try:
+        return orjson.loads(joined)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(joined.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError:
+        return None
 
 
 def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:

@@ -279,3 +279,26 @@ def test_evaluated_kept_policies_get_a_benchmark_table_with_hostile_text_escaped
     section = page[page.index("Benchmark evaluation</h2>"):]
     section = section[:section.index("</table>")]
     assert section.count("<tr>") == 2 and "<td>t0</td>" in section and "<td>t1</td>" not in section  # head + t0
+
+
+def test_columns_in_one_pass_equal_columns_one_by_one():
+    """The one-pass reading of uniform rows (every trainer's file) gives what the per-key path gives."""
+    from harness.report.load import _column, _columns
+
+    uniform = [{"step": s, "a": s / 3, "b": None if s == 2 else -s} for s in range(1, 6)]
+    mixed = uniform[:2] + [{"step": 3, "a": "text"}] + uniform[3:]
+    for rows in (uniform, mixed):
+        fast = _columns(rows, ("step", "a", "b", "absent"))
+        for key, column in fast.items():
+            np.testing.assert_array_equal(column, _column(rows, key))
+
+
+def test_rows_with_nan_infinity_or_a_damaged_line_are_read_like_the_stdlib(tmp_path):
+    from harness import trialdir
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": NaN, "x": Infinity}\n')
+    rows, bad = trialdir.read_rows(path)
+    assert bad == 0 and rows[0] == {"step": 1, "loss": 0.5} and np.isnan(rows[1]["loss"]) and rows[1]["x"] == np.inf
+    path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo\n{"step": 3, "loss": 0.25}\n')
+    assert trialdir.read_rows(path) == ([{"step": 1, "loss": 0.5}, {"step": 3, "loss": 0.25}], 1)

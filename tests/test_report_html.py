@@ -3,6 +3,7 @@ headless browser (skipped when playwright or chromium is missing)."""
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,26 @@ def test_files_exist(built):
     assert not (out / "heatmap_delay_eps.png").exists()  # the grid does not vary eps
     assert not (out / "survival.png").exists()  # 2-3 seeds per line: the heatmap says it better
     assert site.is_file() and site.parent == out.parent
+
+
+def test_figures_drawn_in_worker_processes_equal_those_drawn_in_order(tmp_path, monkeypatch):
+    """build_report draws its figures in forked workers when it can; the files must not depend on it."""
+    import threading
+
+    if len(os.sched_getaffinity(0)) < 2 or threading.active_count() > 1:
+        pytest.skip("needs 2 CPUs and no other thread in the test process to take the parallel path")
+    suite = make_results(tmp_path / "results")
+    pools = []
+    real_pool = report_html.ProcessPoolExecutor
+    monkeypatch.setattr(report_html, "ProcessPoolExecutor", lambda *a, **k: pools.append(1) or real_pool(*a, **k))
+    parallel = build_report(suite, tmp_path / "parallel").parent
+    monkeypatch.setattr(report_html.os, "sched_getaffinity", lambda pid: {0})
+    in_order = build_report(suite, tmp_path / "in-order").parent
+    assert pools == [1]                        # the first build used worker processes, the second did not
+    figures = [json.loads((d / "results.json").read_text())["figures"] for d in (parallel, in_order)]
+    assert figures[0] == figures[1] and len(figures[0]) >= 6
+    for f in figures[0]:
+        assert (parallel / f["file"]).read_bytes() == (in_order / f["file"]).read_bytes(), f["file"]
 
 
 def test_every_trial_is_listed_with_its_status(built):

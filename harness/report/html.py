@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
 import re
 import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from html import escape
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -119,12 +125,12 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
-    made = [fig.accuracy_vs_delay(a.cells, plot, out_dir), fig.learning_curves(plot, out_dir),
-            fig.collapse_heatmap(a.cells, plot, out_dir), fig.diagnostics_vs_step(plot, out_dir),
-            fig.diagnostics_vs_delay(plot, out_dir), fig.heatmap("eps", plot, out_dir),
-            fig.heatmap("group_size", plot, out_dir), fig.survival_curves(plot, out_dir),
-            fig.staleness(a.trials, res.metrics, out_dir)]
-    figures = [f for f in made if f is not None]
+    figures = _draw_figures([  # in page order
+        partial(fig.accuracy_vs_delay, a.cells, plot, out_dir), partial(fig.learning_curves, plot, out_dir),
+        partial(fig.collapse_heatmap, a.cells, plot, out_dir), partial(fig.diagnostics_vs_step, plot, out_dir),
+        partial(fig.diagnostics_vs_delay, plot, out_dir), partial(fig.heatmap, "eps", plot, out_dir),
+        partial(fig.heatmap, "group_size", plot, out_dir), partial(fig.survival_curves, plot, out_dir),
+        partial(fig.staleness, a.trials, res.metrics, out_dir)])
     extras = _copy_extras(extra_sections(res.path, out_dir) + benchmark_sections(res), out_dir)
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
@@ -157,6 +163,32 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
     (out_dir / "results.json").write_text(json.dumps(_jsonable(bundle), indent=1, allow_nan=False),
                                           encoding="utf-8")
     return out_dir / "index.html"
+
+
+_JOBS: list[Callable[[], fig.FigureOut | None]] = []   # the figures being drawn, inherited by forked workers
+
+
+def _draw_job(i: int) -> fig.FigureOut | None:
+    return _JOBS[i]()
+
+
+def _draw_figures(jobs: list[Callable[[], fig.FigureOut | None]]) -> list[fig.FigureOut]:
+    """Draw the figures, which are independent and CPU-bound in matplotlib: in forked worker processes,
+    one per core, when this process runs no other thread (a fork copies only the calling thread, and the
+    workers inherit the data, so only the small results travel back); else one after another. The files
+    are the same either way (tests/test_report_html.py)."""
+    global _JOBS
+    workers = min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    if workers < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+        made = [job() for job in jobs]
+    else:
+        _JOBS = jobs
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                made = list(pool.map(_draw_job, range(len(jobs))))
+        finally:
+            _JOBS = []
+    return [f for f in made if f is not None]
 
 
 def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.FigureOut],

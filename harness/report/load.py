@@ -113,11 +113,26 @@ def _column(rows: list[dict[str, Any]], key: str) -> np.ndarray:
         return np.fromiter((_to_float(v) for v in values), dtype=float, count=len(values))
 
 
+def _columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """``_column`` of each key; in one pass when every row has the same keys in the same order (a file
+    written by one trainer), which is what makes a report of thousands of trials fast."""
+    names = tuple(rows[0]) if rows else ()
+    if all(tuple(r) == names for r in rows):
+        try:
+            matrix = np.array([tuple(r.values()) for r in rows], dtype=float).reshape(len(rows), len(names))
+        except (TypeError, ValueError):  # a list or dict among the values: column by column
+            pass
+        else:
+            index = {k: i for i, k in enumerate(names)}
+            return {k: matrix[:, index[k]] if k in index else np.full(len(rows), np.nan) for k in keys}
+    return {k: _column(rows, k) for k in keys}
+
+
 def _curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Step-sorted columns of ``rows``; rows without a numeric step are dropped, a repeated step keeps
     its last row (a resumed run may rewrite steps)."""
-    steps = _column(rows, "step")
-    cols = {k: _column(rows, k) for k in keys}
+    cols = _columns(rows, ("step", *keys))
+    steps = cols.pop("step")
     if LOSS_KEY in keys:  # a logged NaN/inf/null loss is divergence; an absent loss is not
         loss = cols.pop(LOSS_KEY)
         present = np.fromiter((LOSS_KEY in r for r in rows), dtype=bool, count=len(rows))
