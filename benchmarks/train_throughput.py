@@ -4,7 +4,7 @@
     /tmp/trl-venv/bin/python benchmarks/train_throughput.py        # both; TRL lives in a side venv (README)
     python benchmarks/train_throughput.py --steps 6 --warmup 2     # quick look
 
-Shape, identical for both systems: the cached tiny default model (0.5M-param Qwen3, char tokenizer, float32),
+Shape, identical for both systems: the frozen base tiny-addrev-v1 (0.5M-param Qwen3, char tokenizer, float32),
 addrev prompts, P=16 prompts × G=8 samples = 128 responses per optimizer step, at most 8 new tokens (stop at
 <eos>), temperature 1, AdamW lr 1e-4 (betas 0.9/0.99, no weight decay, constant lr), grad clip 1, no KL,
 token-mean loss over the step's tokens, one update per batch, one torch thread. The two systems run in
@@ -211,6 +211,25 @@ def cpu_row(name: str, steps: list[Step]) -> str:
             f"{med(s.cpu_s - s.rollout_cpu_s for s in steps):.3f} |")
 
 
+def arithmetic_limit(trainer: Trainer, index: int) -> tuple[float, float, float]:
+    """(rollout GFLOP, update GFLOP) of one step, counted by torch's FlopCounterMode (matmuls and
+    attention, forward and backward), and the GFLOP/s of a plain 1024³ float32 matmul on this thread
+    (best of 10): the machine's arithmetic limit for the step."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as rollout:
+        batch = trainer.make_batch(index)
+    with FlopCounterMode(display=False) as update:
+        trainer.update(batch)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    times = []
+    for _ in range(13):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return rollout.get_total_flops() / 1e9, update.get_total_flops() / 1e9, 2 * 1024**3 / min(times[3:]) / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-trl", action="store_true", help="stalebench only (also the case if TRL is not installed)")
@@ -273,6 +292,14 @@ def main() -> None:
                  for unit in ("step_s", "cpu_s")}
         print(f"\n{name_a} steps/s ÷ {name_b} steps/s, median over the paired steps: "
               f"{ratio['step_s']:.3f} wall clock, {ratio['cpu_s']:.3f} CPU time")
+    name = systems[0].name
+    rollout_gf, update_gf, peak = arithmetic_limit(systems[0].trainer, systems[0].index)
+    cpu_s = statistics.median(s.cpu_s for s in results[name])
+    print(f"\nArithmetic limit: one {name} step is {rollout_gf + update_gf:.2f} GFLOP (rollout {rollout_gf:.2f}, "
+          f"update {update_gf:.2f}; matmuls and attention, FlopCounterMode); a plain 1024³ float32 matmul runs at "
+          f"{peak:.0f} GFLOP/s on one thread here, so the step's floor is {(rollout_gf + update_gf) / peak * 1e3:.0f} ms "
+          f"against {cpu_s * 1e3:.0f} ms measured: {(rollout_gf + update_gf) / cpu_s:.0f} GFLOP/s, "
+          f"{(rollout_gf + update_gf) / cpu_s / peak:.0%} of that peak.")
     for note in notes:
         print(f"\n{note}")
 

@@ -67,6 +67,7 @@ class RunLog:
         trialdir.write_start(self.dir, config, params, provenance)
         self.sink.set_tags(mlflow_provenance_tags(provenance))
         self.config_sha256 = provenance["config_sha256"]
+        self.started_at = time.time()                  # this process's start on the trial (status.json)
         for name in ("metrics.jsonl", "eval.jsonl"):
             kept = trialdir.truncate_jsonl(self.dir / name, resume_step)
             # Kept rows may never have reached the mirror (it is fed in batches, and the process may
@@ -81,7 +82,7 @@ class RunLog:
         assert status in trialdir.STATUSES, status
         record = {"trial_id": self.dir.name, "status": status, "step": step, "error": error,
                   "diverged_step": diverged_step, "config_sha256": getattr(self, "config_sha256", None),
-                  "updated_at": time.time(), **(extra or {})}
+                  "started_at": getattr(self, "started_at", None), "updated_at": time.time(), **(extra or {})}
         try:
             if status != "running":
                 # The mirror first: a rerun skips a trial whose status.json says it finished, so a kill
