@@ -157,7 +157,7 @@ def _report(results: Path, out: Path | None) -> None:
 
 
 def _cmd_train(args) -> int:
-    from .models import base_identity
+    from .base_models import base_identity
     from .suite import expand, select
     from .trial import TrialFailed, check_identity, run_trial
     from .trialdir import suite_results_dir
@@ -250,7 +250,8 @@ def _cmd_build_base(args) -> int:
     import yaml
 
     from .config import from_dict
-    from .models import BASES_DIR, BaseRecipe, build_base
+    from .base_models import BASES_DIR
+    from .models import BaseRecipe, build_base
 
     values = {"name": args.name}
     for item in args.sets:

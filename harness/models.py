@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from .base_models import BASES_DIR, MANIFEST, BaseModelError, base_names, read_manifest, sha256_file, verify_base
+from .base_models import MANIFEST, BaseModelError, base_identity, read_manifest, sha256_file
 from .config import ModelConfig
 from .provenance import cpu_name
 
@@ -54,28 +54,6 @@ def load_model(path: str | Path, dtype: str = "float32") -> tuple[torch.nn.Modul
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype))
     return model, tokenizer
-
-
-def base_identity(model: ModelConfig) -> tuple[Path, dict]:
-    """(local directory, {"name", "sha256"}) of the run's starting checkpoint, verified.
-
-    `model.kind: tiny` is a frozen base shipped in harness/base_models/ (checked against its manifest);
-    `model.kind: path` is any local transformers model, identified by the sha256 of its weight files.
-    """
-    if model.kind == "path":
-        path = Path(model.path)
-        if not (path / "config.json").is_file():
-            raise BaseModelError(f"model.path {path}: no transformers model directory there (config.json missing); "
-                                 f"set model.path to a local model directory")
-        digest = hashlib.sha256()
-        for file in sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")):
-            digest.update(f"{file.name}:{sha256_file(file)}\n".encode())
-        return path, {"name": str(path.resolve()), "sha256": digest.hexdigest()}
-    path = BASES_DIR / model.base
-    if not (path / MANIFEST).is_file():
-        raise BaseModelError(f"model.base: no frozen base {model.base!r}; shipped: {', '.join(base_names()) or 'none'}")
-    manifest = verify_base(path)
-    return path, {"name": manifest["name"], "sha256": manifest["sha256"]}
 
 
 def check_eval_set(base_dir: Path, eval_set_sha256: str, size: int) -> None:

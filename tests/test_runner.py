@@ -186,7 +186,6 @@ def test_a_damaged_base_stops_the_run_before_anything_is_written(tmp_path, monke
     bases = tmp_path / "bases"
     shutil.copytree(base_models.BASES_DIR / "tiny-addrev-v1", bases / "tiny-addrev-v1")
     monkeypatch.setattr(base_models, "BASES_DIR", bases)
-    monkeypatch.setattr("harness.models.BASES_DIR", bases)
     weights = bases / "tiny-addrev-v1" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
     base = {"model": {"kind": "tiny"}, "train": {"steps": 2}}

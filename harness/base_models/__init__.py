@@ -9,6 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.config import ModelConfig
 
 BASES_DIR = Path(__file__).parent
 MANIFEST = "base.json"
@@ -47,3 +51,25 @@ def verify_base(path: Path) -> dict:
                                  f"{manifest['name']!r}; restore the file (git checkout) — a rebuilt base is a new "
                                  f"version (`stalebench build-base --name ...`)")
     return manifest
+
+
+def base_identity(model: ModelConfig) -> tuple[Path, dict]:
+    """(local directory, {"name", "sha256"}) of the run's starting checkpoint, verified.
+
+    `model.kind: tiny` is a frozen base shipped in harness/base_models/ (checked against its manifest);
+    `model.kind: path` is any local transformers model, identified by the sha256 of its weight files.
+    """
+    if model.kind == "path":
+        path = Path(model.path)
+        if not (path / "config.json").is_file():
+            raise BaseModelError(f"model.path {path}: no transformers model directory there (config.json missing); "
+                                 f"set model.path to a local model directory")
+        digest = hashlib.sha256()
+        for file in sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")):
+            digest.update(f"{file.name}:{sha256_file(file)}\n".encode())
+        return path, {"name": str(path.resolve()), "sha256": digest.hexdigest()}
+    path = BASES_DIR / model.base
+    if not (path / MANIFEST).is_file():
+        raise BaseModelError(f"model.base: no frozen base {model.base!r}; shipped: {', '.join(base_names()) or 'none'}")
+    manifest = verify_base(path)
+    return path, {"name": manifest["name"], "sha256": manifest["sha256"]}

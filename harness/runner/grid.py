@@ -98,7 +98,7 @@ def write_suite_file(suite: Suite, suite_dir: Path, say: Say) -> None:
 def verify_bases(trials: list[Trial]) -> None:
     """Check each distinct starting checkpoint once, in the driver (a frozen base's files against its
     manifest): a damaged or replaced base stops the run with one line before any trial starts."""
-    from ..models import base_identity
+    from ..base_models import base_identity
 
     seen = set()
     for t in trials:
