@@ -26,7 +26,7 @@ from .rollout.base import Rollout
 from .rollout.hf import CACHE, position_ids_from
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
-from .trialdir import Outcome, TrialDirError, config_sha256
+from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256
 
 
 class Diverged(Exception):
@@ -280,7 +280,7 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
     the trial's start records (trial.run_trial's lifecycle)."""
     torch.set_num_threads(cfg.train.threads)
     trainer = Trainer(cfg)
-    ckpt = log.dir / "checkpoint.pt"
+    ckpt = log.dir / CHECKPOINT
     identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
     if ckpt.exists():
         trainer.load(ckpt, identity)

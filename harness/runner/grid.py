@@ -22,10 +22,10 @@ import yaml
 from ..config import ConfigError
 from ..status import ProgressLine, count_statuses, read_status
 from ..suite import Suite, Trial, expand, select_trials
-from ..tracking import (TrackingUnreachable, close_suite_run, default_tracking_uri, end_orphaned_suite_runs,
-                        open_suite_run, probe_tracking_uri, supersede_run)
+from ..tracking import (Mirrors, TrackingUnreachable, WandbTarget, close_suite_run, default_tracking_uri,
+                        end_orphaned_suite_runs, open_suite_run, probe_tracking_uri, require_wandb, supersede_run)
 from ..trial import MlflowTarget, check_identity
-from ..trialdir import FINAL, SUPERSEDED, suite_results_dir
+from ..trialdir import ENDED, FINAL, SUPERSEDED, suite_results_dir
 from .console import ProgressThread, Say, printer
 from .ray_tune import check_fits, fit, ray_session
 
@@ -41,6 +41,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     ids = [t.trial_id for t in trials]
     say = printer(progress)
     verify_bases(trials)                              # before anything is written
+    check_mirrors(suite)
     superseded = check_identity(trials, suite_dir, on_change)
     write_suite_file(suite, suite_dir, say)
     pending = [t for t in trials if read_status(suite_dir / t.trial_id).get("status") not in FINAL]
@@ -61,8 +62,8 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         try:
             steps = {t.trial_id: t.config.train.steps for t in trials}
             with ProgressThread(ProgressLine(suite_dir, steps), progress):
-                fit(suite, pending, suite_dir, target, say)
-            interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in (*FINAL, "failed")
+                fit(suite, pending, suite_dir, mirrors(suite, target, Path(results_root)), say)
+            interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in ENDED
                               for t in pending)
         finally:
             counts = count_statuses(suite_dir, ids)
@@ -80,6 +81,19 @@ def tracking_uri(results_root: Path) -> str:
     except TrackingUnreachable as exc:
         raise ConfigError(str(exc)) from None
     return uri
+
+
+def check_mirrors(suite: Suite) -> None:
+    """Stop with one line when a mirror the suite asks for cannot work here (before Ray starts)."""
+    if suite.tracking.wandb is not None:
+        require_wandb(suite.tracking.wandb)
+
+
+def mirrors(suite: Suite, target: MlflowTarget, results_root: Path) -> Mirrors:
+    """Where the suite's trials mirror themselves: their MLflow child runs, and W&B runs when the suite's
+    `tracking.wandb` asks for them (offline runs under <results>/wandb/)."""
+    wandb = suite.tracking.wandb
+    return Mirrors((target, *([WandbTarget.of(wandb, suite.name, results_root)] if wandb is not None else [])))
 
 
 def write_suite_file(suite: Suite, suite_dir: Path, say: Say) -> None:
