@@ -9,6 +9,9 @@ Resume (kill the driver at any moment, even with SIGKILL, and run the same comma
   it again and steps it already holds are skipped (tracking.RunLog.start, MlflowSink), so MLflow ends up
   with every step exactly once.
 Results whose resolved config differs from the suite's are never taken as finished (trial.check_identity).
+A suite with a `lab:` base config also gets its fixed-policy sweeps computed and stored after its trials
+(results/<suite>/lab/sweeps.json; a rerun with nothing to do computes only missing ones), so that the
+report only reads.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     if not pending:
         with contextlib.suppress(Exception):          # tidy up after a driver killed after its last trial
             end_orphaned_suite_runs(tracking_uri(Path(results_root)), suite.name)
+        store_lab_sweeps(suite, suite_dir, say)
         return count_statuses(suite_dir, ids)
     uri = tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
     with ray_session(address, say):
@@ -70,7 +74,23 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
             close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
     if interrupted:           # Ctrl+C: Tune stops the trials and returns; the caller sees the interrupt
         raise KeyboardInterrupt(f"{counts.get('running', 0)} trial(s) did not finish")
+    store_lab_sweeps(suite, suite_dir, say)           # after Ray: the sweeps get the machine to themselves
     return counts
+
+
+def store_lab_sweeps(suite: Suite, suite_dir: Path, say: Say) -> None:
+    """The fixed-policy sweeps of a lab suite, computed once per config (harness/lab/sweeps.store_sweeps).
+    A failure is one line, not a failed run: the trials' results stand, and the report says what is missing."""
+    if suite.base.get("lab") is None:
+        return
+    from ..lab.sweeps import store_sweeps               # torch: only for lab suites
+
+    try:
+        line = store_sweeps(suite_dir)
+    except Exception as exc:  # noqa: BLE001 — reported in one line; running the suite again retries
+        line = f"lab: the fixed-policy sweeps failed ({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''})"
+    if line:
+        say(line)
 
 
 def tracking_uri(results_root: Path) -> str:
