@@ -31,12 +31,12 @@ def load_checkpoint(path: Path) -> dict:
     """A checkpoint written by a backend, unpickled with torch's weights-only loader: tensors, numbers,
     strings and containers, plus the few stalebench types a delay buffer holds (listed here). A crafted
     file cannot run code; a file that is not such a checkpoint is refused with one line."""
+    from .delay import Batch
     from .rollout.base import Rollout
     from .tasks.base import Problem
-    from .trainer import Batch
 
-    try:
-        with torch.serialization.safe_globals([Batch, Rollout, Problem]):
+    try:                       # (Batch, its old name): checkpoints written while it lived in harness/trainer.py
+        with torch.serialization.safe_globals([Batch, (Batch, "harness.trainer.Batch"), Rollout, Problem]):
             state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 — pickle errors of any kind: refuse the file, never execute it
         raise ValueError(f"{path}: not a loadable stalebench checkpoint ({type(exc).__name__}); delete it to "

@@ -160,7 +160,7 @@ def _cmd_train(args) -> int:
     from .base_models import base_identity
     from .suite import expand, select
     from .trial import TrialFailed, check_identity, run_trial
-    from .trialdir import suite_results_dir
+    from .trialdir import ERROR_LOG, suite_results_dir
 
     suite = _load(args)
     trial = select(expand(suite), args.trial)
@@ -170,7 +170,7 @@ def _cmd_train(args) -> int:
     try:
         status = run_trial(trial, suite_dir, progress=True)
     except TrialFailed as exc:
-        print(f"stalebench: trial {trial.trial_id} failed: {exc} (traceback in {suite_dir / trial.trial_id / 'error.log'})",
+        print(f"stalebench: trial {trial.trial_id} failed: {exc} (traceback in {suite_dir / trial.trial_id / ERROR_LOG})",
               file=sys.stderr)
         return 1
     from .status import last_eval
@@ -186,7 +186,13 @@ def _cmd_check(args) -> int:
 
     suite = _load(args)
     trials = expand(suite)
+    wandb = suite.tracking.wandb
+    if wandb is not None:
+        from .tracking import require_wandb
+        require_wandb(wandb)
     print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
+    if wandb is not None:
+        print(f"tracking: MLflow and W&B (project {wandb.project}, mode {wandb.mode})")
     for t in trials:
         print(f"  {t.trial_id}")
     from .report.stats import MIN_CONFIDENT_SEEDS

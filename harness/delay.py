@@ -18,9 +18,25 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+
+from .rollout.base import Rollout
+from .tasks.base import Problem
+
+
+@dataclass
+class Batch:
+    """One generated batch, as the buffer holds it and the trainer consumes it (also in checkpoints)."""
+    index: int
+    problems: list[Problem]
+    rollout: Rollout
+    rewards: torch.Tensor          # (B,)
+    group_ids: torch.Tensor        # (B,)
+    engine_gap: float | None = None   # max |engine log-prob − trainer recomputation| (external engines)
+    logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
 
 
 class DelayBuffer:

@@ -10,9 +10,9 @@ directory, one task file per benchmark that includes the shipped one and sets th
 and ``max_gen_toks``. lm-eval's ``json`` dataset builder reads the files; nothing is downloaded
 (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``).
 
-Prompts and gold answers are :class:`harness.tasks.benchmarks.BenchmarkTask`'s (``process_docs``
-below), ``uid`` included; a completion is correct when :func:`harness.tasks.verify.grade_math`
-accepts it (``process_results``). ``limit=k`` takes the first k problems in file order, as
+Prompts and gold answers are :class:`harness.tasks.benchmarks.BenchmarkTask`'s, ``uid`` included; a
+completion is correct when :func:`harness.tasks.verify.grade_math` accepts it (``process_docs`` and
+``process_results`` of :mod:`harness.tasks.lm_eval_adapters`, re-exported here). ``limit=k`` takes the first k problems in file order, as
 ``BenchmarkTask.problems("eval", k, seed)`` does.
 
 Backend: lm-eval's ``vllm`` model when vLLM is installed and a CUDA GPU is visible, else ``hf``
@@ -48,51 +48,18 @@ from typing import Any
 
 import yaml
 
-from .tasks.benchmarks import _BENCHMARKS, BENCHMARK_NAMES, PROMPT_SUFFIX, default_data_dir
-from .tasks.verify import extract_answer, grade_math
+from .tasks.benchmarks import BENCHMARK_NAMES, default_data_dir
+from .tasks.lm_eval_adapters import (  # noqa: F401 — re-exported: the task functions
+    VERIFY_TIMEOUT_S, make_process_docs, process_results, process_results_exact)
+from .tasks.verify import extract_answer
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks" / "lm_eval_tasks"
 TASK_PREFIX = "stalebench_"
-VERIFY_TIMEOUT_S = 1.0
 CPU_BATCH_SIZE = 8
 CUDA_BATCH_SIZE = 32
 VLLM_GPU_MEMORY_UTILIZATION = 0.8
 SYNTHETIC = "addrev"                       # the CPU default's task, evaluated like a benchmark
 EVAL_NAMES = (*BENCHMARK_NAMES, SYNTHETIC)
-
-
-# ---------------------------------------------------------------- lm-eval task functions
-
-
-def make_process_docs(benchmark: str) -> Callable[[Any], Any]:
-    """lm-eval ``process_docs`` for ``benchmark``: raw JSONL rows (a ``datasets.Dataset``) to docs
-    ``{"uid", "prompt", "answer"}`` equal to ``BenchmarkTask(benchmark).problems("eval", ...)``."""
-    if benchmark not in _BENCHMARKS:
-        raise ValueError(f"unknown benchmark {benchmark!r}; valid: {', '.join(BENCHMARK_NAMES)}")
-    spec = _BENCHMARKS[benchmark]
-
-    def to_doc(row: dict, index: int) -> dict[str, str]:
-        return {"uid": f"{benchmark}-{index}", "prompt": row[spec.question_field] + PROMPT_SUFFIX,
-                "answer": spec.gold(row)}
-
-    def process_docs(dataset):
-        import datasets
-
-        features = datasets.Features({key: datasets.Value("string") for key in ("uid", "prompt", "answer")})
-        return dataset.map(to_doc, with_indices=True, remove_columns=dataset.column_names, features=features)
-
-    return process_docs
-
-
-def process_results_exact(doc: dict, results: list[str]) -> dict[str, float]:
-    """lm-eval ``process_results`` of the synthetic addrev task: the trainer's exact-match reward."""
-    return {"acc": 1.0 if results[0].strip() == doc["answer"] else 0.0}
-
-
-def process_results(doc: dict, results: list[str]) -> dict[str, float]:
-    """lm-eval ``process_results``: ``{"acc": 1.0}`` if ``grade_math`` accepts the completion
-    ``results[0]`` for ``doc["answer"]``, else ``{"acc": 0.0}``. Never raises on the completion."""
-    return {"acc": 1.0 if grade_math(results[0], doc["answer"], VERIFY_TIMEOUT_S) else 0.0}
 
 
 # ---------------------------------------------------------------- per-run task files

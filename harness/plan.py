@@ -49,7 +49,7 @@ def dry_run(suite: Suite, only: list[str], results_root: Path) -> str:
 
 def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     measured = [r["perf/step_s"] for t in trials[:50]
-                for r in trialdir.read_jsonl(suite_dir / t.trial_id / "metrics.jsonl") if "perf/step_s" in r]
+                for r in trialdir.read_metrics(suite_dir / t.trial_id) if "perf/step_s" in r]
     if measured:
         return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
     if all(t.config.model.kind == "tiny" for t in trials):

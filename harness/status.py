@@ -11,14 +11,13 @@ clear the screen or retitle the terminal, and a malformed file shows as unreadab
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
-from .trialdir import ENDED, is_trial_dir, last_step, read_jsonl, read_status
+from . import trialdir
+from .trialdir import ENDED, is_trial_dir, last_step, read_status
 from .yamlio import load_yaml_file
 
 ORDER = ("running", "failed", "diverged", "completed", "pending")
@@ -42,7 +41,7 @@ def status_name(status: dict[str, Any]) -> str:
 
 def last_eval(trial_dir: Path, metric: str = "eval/acc", first: bool = False) -> float | None:
     """`metric` in the last (or `first`) row of eval.jsonl that has it."""
-    rows = [r for r in read_jsonl(Path(trial_dir) / "eval.jsonl") if isinstance(r, dict) and metric in r]
+    rows = [r for r in trialdir.read_evals(trial_dir) if isinstance(r, dict) and metric in r]
     try:
         return float(rows[0 if first else -1][metric]) if rows else None
     except (TypeError, ValueError):
@@ -108,7 +107,7 @@ def suite_status(results_dir: Path) -> str:
     results_dir = Path(results_dir)
     expected = _expected_trials(results_dir)          # trial id -> steps, from suite.yaml (may be empty)
     found = sorted(p.name for p in results_dir.iterdir()
-                   if is_trial_dir(p) and (p / "status.json").exists()) if results_dir.is_dir() else []
+                   if is_trial_dir(p) and trialdir.has_status(p)) if results_dir.is_dir() else []
     if not expected and not found:
         raise ConfigError(f"{results_dir}: no suite results here (expected results/<suite>/suite.yaml or trial directories)")
     ids = list(expected) + [t for t in found if t not in expected]
@@ -143,8 +142,8 @@ def _expected_trials(results_dir: Path) -> dict[str, int]:
 
 def _row(trial_dir: Path, steps: int | None) -> dict[str, Any]:
     status = read_status(trial_dir)
-    if steps is None and (trial_dir / "config.yaml").exists():
-        steps = _config_steps(trial_dir / "config.yaml")
+    if steps is None:
+        steps = _config_steps(trialdir.read_config(trial_dir))
     step = max(_int(status.get("step")), last_step(trial_dir))
     error = printable(" ".join(str(status.get("error") or "")[:1000].split()))
     return {"trial": printable(trial_dir.name), "status": status_name(status),
@@ -153,12 +152,8 @@ def _row(trial_dir: Path, steps: int | None) -> dict[str, Any]:
             "error": error if len(error) <= 90 else error[:87] + "..."}
 
 
-def _config_steps(path: Path) -> int | None:
-    """train.steps of a trial's config.yaml, or None if the file is unreadable or has none."""
-    try:
-        config = load_yaml_file(path, "trial config")
-    except ConfigError:
-        return None
+def _config_steps(config: dict[str, Any] | None) -> int | None:
+    """train.steps of a trial's config.yaml (None: no file, an unreadable one, or no train.steps)."""
     train = config.get("train") if isinstance(config, dict) else None
     steps = train.get("steps") if isinstance(train, dict) else None
     return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
@@ -173,8 +168,8 @@ def _int(value: Any) -> int:
 
 
 def _age(trial_dir: Path) -> str:
-    times = [os.path.getmtime(p) for p in (trial_dir / n for n in ("status.json", "metrics.jsonl")) if p.exists()]
-    seconds = max(0, time.time() - max(times)) if times else 0
+    changed = trialdir.modified(trial_dir)
+    seconds = max(0, time.time() - changed) if changed is not None else 0
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{int(seconds // size)}{unit} ago"

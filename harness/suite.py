@@ -2,7 +2,7 @@
 
 A suite is `suite`, `version`, `base` (a full run config), `grid` (dotted keys → value lists, crossed),
 `seeds`, `resources` and optional `overrides` (estimator → dotted settings, e.g. its tuned learning
-rate), `notes` and `report` (read by the report). Trial ids are readable and deterministic functions of
+rate), `notes` and `report` (read by the report), `tracking` (mirrors besides MLflow, e.g. W&B). Trial ids are readable and deterministic functions of
 the grid point and seed (`gmc_grpo-d16-e0.2-g8-s0`), so rerunning a suite finds its finished trials.
 """
 from __future__ import annotations
@@ -19,10 +19,11 @@ import yaml
 from algorithms import uses_eps
 
 from .config import DEFAULT_ESTIMATOR, ConfigError, RunConfig, build_run_config, from_dict, set_dotted, to_dict
+from .tracking.config import TrackingConfig
 from .yamlio import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
-              "share_on_policy")
+              "share_on_policy", "tracking")
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -68,6 +69,7 @@ class Suite:
     report: dict[str, Any] = field(default_factory=dict)
     tune: dict[str, Any] = field(default_factory=dict)
     share_on_policy: bool = False # delay 0, one update per batch: run one trial per seed for all estimators
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
     source: str = ""              # the suite file's text (hashed for provenance)
 
     @property
@@ -182,6 +184,10 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
     try:
         resources = from_dict(Resources, data.get("resources") or {}, "resources")
         resources.validate("resources")
+        if not isinstance(data.get("tracking") or {}, Mapping):
+            raise ConfigError("tracking: expected a mapping, e.g. {wandb: {project: stalebench, mode: offline}}")
+        tracking = from_dict(TrackingConfig, data.get("tracking") or {}, "tracking")
+        tracking.validate("tracking")
     except ConfigError as exc:
         raise _fail(where, str(exc)) from None
     overrides = data.get("overrides") or {}
@@ -195,7 +201,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
         raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
     return Suite(name, version, dict(base), {k: list(v) for k, v in grid.items()}, list(seeds), resources,
                  {k: dict(v) for k, v in overrides.items()}, data.get("notes", ""), dict(data.get("report") or {}),
-                 dict(data.get("tune") or {}), share, source)
+                 dict(data.get("tune") or {}), share, tracking, source)
 
 
 def _fmt(value: Any) -> str:

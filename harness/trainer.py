@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,29 +19,18 @@ from algorithms import LossInputs, aggregate, compute_loss, group_advantages, pr
 
 from .backends import make_backend
 from .config import RunConfig, to_dict
-from .delay import AsyncProducer, DelayBuffer
+from .delay import AsyncProducer, Batch, DelayBuffer
 from .models import base_identity, check_eval_set, load_model, problems_sha256
 from .rollout import make_engine
 from .rollout.base import Rollout
 from .rollout.hf import CACHE, position_ids_from
-from .tasks import Problem, task_from_config
+from .tasks import task_from_config
 from .tracking import RunLog
-from .trialdir import Outcome, TrialDirError, config_sha256
+from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256
 
 
 class Diverged(Exception):
     """The loss or the gradient became NaN/inf: the run stops and is recorded as diverged."""
-
-
-@dataclass
-class Batch:
-    index: int
-    problems: list[Problem]
-    rollout: Rollout
-    rewards: torch.Tensor          # (B,)
-    group_ids: torch.Tensor        # (B,)
-    engine_gap: float | None = None   # max |engine log-prob − trainer recomputation| (external engines)
-    logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -280,7 +269,7 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
     the trial's start records (trial.run_trial's lifecycle)."""
     torch.set_num_threads(cfg.train.threads)
     trainer = Trainer(cfg)
-    ckpt = log.dir / "checkpoint.pt"
+    ckpt = log.dir / CHECKPOINT
     identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
     if ckpt.exists():
         trainer.load(ckpt, identity)

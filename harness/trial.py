@@ -12,24 +12,15 @@ changed keys, or (when asked) moves the old results aside and lets the trial run
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import provenance, trialdir
 from .config import ConfigError, RunConfig, flatten, to_dict
 from .suite import Trial
-from .tracking import RunLog
+from .tracking import MlflowTarget, RunLog, Target  # noqa: F401 — MlflowTarget: callers import it from here
 
 ON_CHANGE = ("error", "rerun-changed", "force")
-
-
-@dataclass(frozen=True)
-class MlflowTarget:
-    """Where a trial mirrors itself in MLflow (picklable, sent to Ray workers)."""
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str | None
 
 
 def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error") -> list[str]:
@@ -59,8 +50,9 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
     return [t.trial_id for t, _ in changed]
 
 
-def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None, progress: bool = False) -> dict[str, Any]:
-    """Run `trial` into suite_dir/<trial_id> and return its status record.
+def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progress: bool = False) -> dict[str, Any]:
+    """Run `trial` into suite_dir/<trial_id> and return its status record, mirrored to the sink that
+    `mirror` opens (an MlflowTarget, or several targets as tracking.Mirrors; None: files only).
 
     A finished trial (completed or diverged) is not rerun. An error inside the trial is recorded as
     `failed` with a one-line reason and re-raised as TrialFailed, so that the runner can retry it.
@@ -80,10 +72,8 @@ def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None,
         log.start(config, trial.params, record, resume_step=resume_step)
 
     try:
-        if mlflow is not None:
-            from .tracking import MlflowSink
-            log.sink = MlflowSink(mlflow.tracking_uri, mlflow.experiment_id, mlflow.parent_run_id, trial.trial_id,
-                                  {**flatten(trial.config), "trial_id": trial.trial_id})
+        if mirror is not None:
+            log.sink = mirror.open(trial.trial_id, mirror_params(trial))
         if trial.config.lab is not None:
             from .lab.dynamics import run_lab_trial
             outcome = run_lab_trial(trial.config, log, start)
@@ -93,14 +83,18 @@ def run_trial(trial: Trial, suite_dir: Path, mlflow: MlflowTarget | None = None,
         log.status(outcome.status, step=outcome.step, error=outcome.error, diverged_step=outcome.diverged_step,
                    extra=outcome.extra)
     except Exception as exc:  # noqa: BLE001 — a failing trial is a result, not a crash of the suite
-        (trial_dir / "error.log").write_text(traceback.format_exc())
+        trialdir.write_error(trial_dir, traceback.format_exc())
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         log.status("failed", step=log.read_status().get("step", 0), error=message)
         raise TrialFailed(message) from exc
     finally:
-        log.flush()
-        log.sink.log_artifacts(trial_dir)
+        log.close()
     return log.read_status()
+
+
+def mirror_params(trial: Trial) -> dict[str, Any]:
+    """What a trial's mirror runs record as their params: the flat resolved config and the trial id."""
+    return {**flatten(trial.config), "trial_id": trial.trial_id}
 
 
 class TrialFailed(RuntimeError):

@@ -7,9 +7,12 @@
                           eval-set hash, config hash (written at every start and resume)
         metrics.jsonl     one row per step (consumed batch); eval.jsonl: one row per evaluation
         status.json       running | completed | diverged | failed, the step reached, the config hash
+        error.log         the traceback of a failed trial; checkpoint.pt: the trainer's resumable state
     results/<suite>/.superseded/<trial_id>-<utc>/   results of a config that was changed and rerun
 
-Everyone else reads and writes these files through this module.
+Everyone else reads and writes these files through this module: by its functions, or by the file-name
+constants below (CONFIG, PARAMS, ...) where a caller needs the path itself (the trainer's checkpoint, the
+MLflow artifacts). tests/test_architecture.py checks that no other module spells these names.
 """
 from __future__ import annotations
 
@@ -24,9 +27,15 @@ from typing import Any, Mapping
 import orjson
 import yaml
 
-STATUSES = ("running", "completed", "failed", "diverged")
-FINAL = ("completed", "diverged")          # a trial in a final status is a result and is never rerun
-ENDED = (*FINAL, "failed")                 # statuses in which no process is working on the trial
+STATUSES = ("completed", "diverged", "failed", "running")   # in the order reports list them
+FINAL = STATUSES[:2]                       # completed, diverged: a result, never rerun
+ENDED = STATUSES[:3]                       # final or failed: no process is working on the trial
+
+CONFIG, PARAMS, PROVENANCE = "config.yaml", "params.json", "provenance.json"
+METRICS, EVALS, STATUS = "metrics.jsonl", "eval.jsonl", "status.json"
+ERROR_LOG, CHECKPOINT = "error.log", "checkpoint.pt"
+RECORD = (CONFIG, PARAMS, PROVENANCE, METRICS, EVALS, STATUS)   # a trial's record (what a mirror archives)
+ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
 NOT_TRIALS = frozenset({"lab", "ray", "tune"})   # directories beside the trials that are not trials
 SUPERSEDED = ".superseded"
 
@@ -93,7 +102,7 @@ def config_sha256(config: Mapping[str, Any]) -> str:
 def read_config(trial_dir: Path) -> dict[str, Any] | None:
     """The trial's resolved config.yaml, or None when it has none (or an unreadable one)."""
     try:
-        data = yaml.safe_load((Path(trial_dir) / "config.yaml").read_text())
+        data = yaml.safe_load((Path(trial_dir) / CONFIG).read_text())
     except (OSError, yaml.YAMLError):
         return None
     return data if isinstance(data, dict) else None
@@ -149,27 +158,67 @@ def supersede(trial_dir: Path) -> Path:
 
 def read_status(trial_dir: Path) -> dict[str, Any]:
     """The trial's status.json ({} if it has none, or one that is not a JSON object)."""
-    return _read_json(Path(trial_dir) / "status.json")
+    return _read_json(Path(trial_dir) / STATUS)
 
 
 def read_params(trial_dir: Path) -> dict[str, Any]:
-    return _read_json(Path(trial_dir) / "params.json")
+    return _read_json(Path(trial_dir) / PARAMS)
 
 
 def read_provenance(trial_dir: Path) -> dict[str, Any]:
-    return _read_json(Path(trial_dir) / "provenance.json")
+    return _read_json(Path(trial_dir) / PROVENANCE)
+
+
+def load(trial_dir: Path, name: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One of the trial's JSON-object files (STATUS, PARAMS, PROVENANCE) as read_object returns it, for
+    readers that tell a missing file from a damaged one (the report)."""
+    assert name in (STATUS, PARAMS, PROVENANCE), name
+    return read_object(Path(trial_dir) / name)
+
+
+def has_status(trial_dir: Path) -> bool:
+    return (Path(trial_dir) / STATUS).exists()
 
 
 def write_status(trial_dir: Path, record: Mapping[str, Any]) -> None:
-    write_atomic(Path(trial_dir) / "status.json", json.dumps(dict(record), indent=1))
+    write_atomic(Path(trial_dir) / STATUS, json.dumps(dict(record), indent=1))
 
 
 def write_start(trial_dir: Path, config: Mapping[str, Any], params: Mapping[str, Any],
                 provenance: Mapping[str, Any]) -> None:
     trial_dir = Path(trial_dir)
-    write_atomic(trial_dir / "config.yaml", yaml.safe_dump(dict(config), sort_keys=False))
-    write_atomic(trial_dir / "params.json", json.dumps(dict(params), indent=1))
-    write_atomic(trial_dir / "provenance.json", json.dumps(dict(provenance), indent=1))
+    write_atomic(trial_dir / CONFIG, yaml.safe_dump(dict(config), sort_keys=False))
+    write_atomic(trial_dir / PARAMS, json.dumps(dict(params), indent=1))
+    write_atomic(trial_dir / PROVENANCE, json.dumps(dict(provenance), indent=1))
+
+
+def write_error(trial_dir: Path, text: str) -> Path:
+    """error.log: the traceback of a failed trial (its status.json holds the one-line reason)."""
+    path = Path(trial_dir) / ERROR_LOG
+    path.write_text(text)
+    return path
+
+
+def read_metrics(trial_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's rows (read_jsonl: a torn last line dropped, damaged lines skipped)."""
+    return read_jsonl(Path(trial_dir) / METRICS)
+
+
+def read_evals(trial_dir: Path) -> list[dict[str, Any]]:
+    """eval.jsonl's rows (read_jsonl: a torn last line dropped, damaged lines skipped)."""
+    return read_jsonl(Path(trial_dir) / EVALS)
+
+
+def scan_rows(trial_dir: Path, name: str) -> tuple[list[dict[str, Any]], int]:
+    """read_rows of METRICS or EVALS: the rows and the number of unreadable lines (the report's view)."""
+    assert name in ROW_FILES, name
+    return read_rows(Path(trial_dir) / name)
+
+
+def modified(trial_dir: Path) -> float | None:
+    """When status.json or metrics.jsonl last changed (seconds since the epoch), None if neither exists."""
+    times = [os.path.getmtime(p) for p in (Path(trial_dir) / n for n in (STATUS, METRICS)) if p.exists()]
+    return max(times) if times else None
 
 
 def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -236,7 +285,7 @@ def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:
 def last_step(trial_dir: Path) -> int:
     """The last step in metrics.jsonl, read from the end of the file (0 if none): cheap for live views."""
     try:
-        with open(Path(trial_dir) / "metrics.jsonl", "rb") as f:
+        with open(Path(trial_dir) / METRICS, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 16384))
             lines = f.read().decode(errors="replace").splitlines()

@@ -168,6 +168,12 @@ def cases() -> list[Case]:
         check(suite(resources={"max_failures": 11}), "resources: max_failures 11"),
         check(suite(overrides={"tis": {"train.lr": 1e-5}}), "overrides: an estimator not in the grid"),
         check(suite(overrides={"grpo": 1e-5}), "overrides: not a mapping"),
+        check(suite(tracking={"neptune": {}}), "tracking: an unknown mirror"),
+        check(suite(tracking={"wandb": {"mode": "cloud"}}), "tracking: wandb mode not offline|online"),
+        check(suite(tracking={"wandb": {"project": "a/b"}}), "tracking: wandb project with '/'"),
+        Case("tracking: wandb online without an API key", ["check", "{d}/s.yaml"],
+             {"s.yaml": suite(tracking={"wandb": {"mode": "online"}})},
+             env={"WANDB_API_KEY": "", "NETRC": "/nonexistent"}),
         # ---- the suite path
         Case("path: a directory", ["check", "{d}"]),
         Case("path: a FIFO", ["check", "{d}/fifo.yaml"], setup=_fifo),

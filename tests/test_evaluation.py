@@ -221,7 +221,8 @@ def test_kept_policy_is_evaluated_and_logged_to_its_trial_run(tiny_base, tmp_pat
 
     results = tmp_path / "results"
     uri = default_tracking_uri(results)
-    experiment, parent = open_suite_run(uri, "keep", "suite-1", {})
+    experiment, parent = open_suite_run(uri, "keep", "suite-1", {},          # artifacts in tmp, not ./mlruns
+                                        artifact_location=(tmp_path / "mlartifacts").as_uri())
     cfg = build_run_config(tiny_base, {"train.save": "final"})
     status = run_trial(Trial("t0", {"seed": 0}, cfg), results / "keep", MlflowTarget(uri, experiment, parent))
     assert status["policy"] == {"path": "policy", "kind": "final", "step": 6, "eval_acc": status["policy"]["eval_acc"]}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -89,14 +88,15 @@ def lab_results(tmp_path_factory) -> Path:
     return root
 
 
-class _Tags(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tags, self.srcs = [], []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self.srcs += [v for k, v in attrs if k == "src"]
+def _strings(blocks: list[dict]) -> str:
+    """Every string of a section's blocks (text, captions, table cells), one per line."""
+    out = []
+    for b in blocks:
+        if "table" in b:
+            out += [str(v) for r in b["table"]["rows"] for v in r.values()]
+        else:
+            out += [str(b.get("text", "")), str(b.get("caption", ""))]
+    return "\n".join(out)
 
 
 def test_read_trials(lab_results):
@@ -106,26 +106,47 @@ def test_read_trials(lab_results):
     assert all(0 <= t.auc_acc <= 1 for t in trials)
 
 
-def test_lab_sections_render_and_cache(lab_results, tmp_path):
+def test_sweeps_are_computed_by_the_run_and_only_read_by_the_report(lab_results, tmp_path):
+    """Before `stalebench run` stored them, the section says in one line where the sweeps are missing and
+    which command computes them; after, it shows them; storing again with the same inputs computes
+    nothing; a changed config makes the stored sweeps another config's, and the report says so."""
+    from harness.lab.sweeps import store_sweeps
+
+    cache = lab_results / "lab" / "sweeps.json"
+    cache.unlink(missing_ok=True)
+    before = dict(lab_sections(lab_results, tmp_path / "before"))
+    (missing,) = before["Estimator lab: fixed-policy sweeps"]
+    assert missing["text"] == (f"No fixed-policy sweeps to show: {cache} is missing; compute them with "
+                               f"`stalebench run {lab_results}` (finished trials are not rerun), then render the "
+                               f"report again.")
+    assert not cache.exists()                                          # the report computed nothing
+    assert store_sweeps(lab_results).startswith("lab: fixed-policy sweeps computed in ")
+    stamp = cache.stat().st_mtime_ns
+    assert json.loads(cache.read_text())["data"]["by_g"]
+    assert store_sweeps(lab_results) == f"lab: fixed-policy sweeps up to date in {cache}"
+    assert cache.stat().st_mtime_ns == stamp
     sections = lab_sections(lab_results, tmp_path / "out")
     titles = [t for t, _ in sections]
     assert titles[0] == "Estimator lab: bias vs group size" and titles[-1] == "Estimator lab: verdicts per claim"
     assert "Estimator lab: convergence vs delay" in titles
-    for _, fragment in sections:
-        parser = _Tags()
-        parser.feed(fragment)
-        assert "script" not in parser.tags
-        for src in parser.srcs:
-            assert (tmp_path / "out" / src).is_file()
-    verdicts = sections[-1][1]
-    for claim in ("1.", "2.", "3.", "4.", "5."):
-        assert f"<td>{claim}" in verdicts
-    assert re.findall(r"<td>(consistent|inconsistent|inconclusive|not testable here)</td>", verdicts)
-    cache = lab_results / "lab" / "sweeps.json"
-    stamp = cache.stat().st_mtime_ns
-    assert json.loads(cache.read_text())["data"]["by_g"]
-    lab_sections(lab_results, tmp_path / "again")                # cached: not recomputed
-    assert cache.stat().st_mtime_ns == stamp
+    for _, blocks in sections:
+        for b in blocks:
+            assert set(b) in ({"text"}, {"figure", "caption"}, {"table"})
+            if "figure" in b:
+                assert (tmp_path / "out" / b["figure"]).is_file()
+    (verdicts,) = sections[-1][1]
+    rows = verdicts["table"]["rows"]
+    assert [r["claim"][:2] for r in rows if r["claim"][:1].isdigit()] == ["1.", "2.", "3.", "4.", "5."]
+    assert {r["verdict"] for r in rows} <= {"consistent", "inconsistent", "inconclusive", "not testable here"}
+    suite = yaml.safe_load((lab_results / "suite.yaml").read_text())
+    suite["base"]["eps"] = 0.3
+    (lab_results / "suite.yaml").write_text(yaml.safe_dump(suite))
+    try:
+        (changed,) = dict(lab_sections(lab_results, tmp_path / "changed"))["Estimator lab: fixed-policy sweeps"]
+        assert f"{cache} is computed for other inputs; compute them with `stalebench run" in changed["text"]
+    finally:
+        suite["base"]["eps"] = 0.2
+        (lab_results / "suite.yaml").write_text(yaml.safe_dump(suite))
 
 
 def test_non_lab_suite_has_no_section(tmp_path):
@@ -187,7 +208,38 @@ def test_nothing_calls_the_monte_carlo_numbers_exact(lab_results, tmp_path):
     texts[repo / "README.md"] = "\n".join(line for line in (repo / "README.md").read_text().splitlines() if "lab" in line)
     wrong = re.compile(r"\bexact\b[^.,;\n]{0,12}(bias|second moment)", re.IGNORECASE)   # not "exactly", not a list
     assert not {str(p): wrong.findall(t) for p, t in texts.items() if wrong.search(t)}
-    sections = dict(lab_sections(lab_results, tmp_path / "out"))
+    from harness.lab.sweeps import store_sweeps
+
+    store_sweeps(lab_results)
+    sections = {title: _strings(blocks) for title, blocks in lab_sections(lab_results, tmp_path / "out")}
     setup = sections["Estimator lab: bias vs group size"]
     assert "are exact" in setup and "Monte Carlo estimate" in setup and "95% CI" in setup
     assert "Monte Carlo" in sections["Estimator lab: bias and second moment vs divergence"]
+
+
+def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypatch, capsys):
+    """`stalebench run` of a lab suite whose trials all finished starts no trial (and no Ray) and only
+    computes the sweeps the report will read; run again, it finds them up to date."""
+    from harness.cli import main
+    from harness.suite import expand, load_suite
+    from harness.trial import run_trial
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    base = {"algorithm": "grpo", "group_size": 4, "eval": {"every_steps": 5},
+            "train": {"steps": 6, "lr": 5.0, "prompts_per_step": 2, "advantage": "mean", "grad_clip": 0.0},
+            "lab": {**TINY_LAB, "sweep_group_sizes": [2, 4, 8], "sweep_groups": 100}}
+    path = tmp_path / "lab-run.yaml"
+    path.write_text(yaml.safe_dump({"suite": "lab-run", "base": base, "grid": {"algorithm": ["gmc_grpo"],
+                                                                                "delay": [0, 2]}, "seeds": [0]}))
+    results = tmp_path / "results"
+    for trial in expand(load_suite(path)):
+        assert run_trial(trial, results / "lab-run")["status"] == "completed"
+    statuses = {p: p.stat().st_mtime_ns for p in (results / "lab-run").glob("*/status.json")}
+    assert len(statuses) == 2
+    assert main(["run", str(path), "--results", str(results)]) == 0
+    err = capsys.readouterr().err                                                 # the run's console lines
+    assert "2 already finished, 0 to run" in err and "lab: fixed-policy sweeps computed in " in err
+    assert (results / "lab-run" / "lab" / "sweeps.json").is_file()
+    assert {p: p.stat().st_mtime_ns for p in statuses} == statuses               # no trial ran again
+    assert main(["run", str(path), "--results", str(results)]) == 0
+    assert "lab: fixed-policy sweeps up to date in " in capsys.readouterr().err

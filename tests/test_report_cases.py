@@ -278,7 +278,7 @@ def test_evaluated_kept_policies_get_a_benchmark_table_with_hostile_text_escaped
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     section = page[page.index("Benchmark evaluation</h2>"):]
     section = section[:section.index("</table>")]
-    assert section.count("<tr>") == 2 and "<td>t0</td>" in section and "<td>t1</td>" not in section  # head + t0
+    assert section.count("<tr") == 2 and '">t0</td>' in section and '">t1</td>' not in section  # head + t0
 
 
 def test_columns_in_one_pass_equal_columns_one_by_one():

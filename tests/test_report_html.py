@@ -4,12 +4,12 @@ headless browser (skipped when playwright or chromium is missing)."""
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.report import build_report, build_site
 from harness.report import html as report_html
@@ -158,17 +158,19 @@ def test_site_lists_an_unreadable_bundle_instead_of_dropping_it(tmp_path):
 
 
 def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
+    """Extra sections go through the page's templates: text escaped, figures shown, tables by the macro."""
     suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0,), (0,), steps=10)
-    figure = tmp_path / "lab.png"
-    shutil.copyfile(Path(report_html.__file__).parent / "templates" / "style.css", figure)  # any file
-    monkeypatch.setattr(report_html, "extra_sections", lambda d, out: [
-        report_html.Section("Lab <b>", "<p id='lab-fragment'>bias</p>", [figure])])
+    monkeypatch.setattr(report_html, "extra_sections", lambda d, out: [report_html.Section("Lab <b>", [
+        {"text": "<p id='lab-fragment'>bias</p>"}, {"figure": "lab x.png", "caption": "a <caption>"},
+        {"table": {"columns": ["claim", "verdict"], "rows": [{"claim": "1. <i>", "verdict": "consistent"}]}}])])
     monkeypatch.chdir(tmp_path)
     index = build_report(suite)
     assert index == Path("reports") / "tiny" / "index.html"
     text = index.read_text()
-    assert "Lab &lt;b&gt;" in text and "<p id='lab-fragment'>bias</p>" in text
-    assert (index.parent / "extra" / "0-lab.png").is_file()
+    assert "Lab &lt;b&gt;" in text and "<p>&lt;p id=&#39;lab-fragment&#39;&gt;bias&lt;/p&gt;</p>" in text
+    assert '<figure><img src="lab%20x.png" alt="a &lt;caption&gt;"><figcaption>a &lt;caption&gt;</figcaption>' in text
+    assert '<table class="sortable" id="extra-1-3">' in text
+    assert '<td data-sort="1. &lt;i&gt;" class="wrap">1. &lt;i&gt;</td>' in text
     assert "accuracy_vs_delay.png" not in text  # one delay: no accuracy-vs-delay figure
 
 
@@ -206,20 +208,63 @@ def test_bad_results_dirs_raise_value_error(tmp_path):
         build_site(tmp_path / "no-reports")
 
 
-def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
-    # build a report in a fresh interpreter, then list what got imported
-    code = (
-        "import sys, json; from pathlib import Path; from harness.report import build_report; "
-        "from harness.report.synthetic import write_suite; "
-        f"d = write_suite(Path({str(tmp_path)!r}), 'imports', ('grpo',), (0, 2), (0,), steps=10); "
-        f"build_report(d, Path({str(tmp_path / 'out')!r})); print(json.dumps(sorted(sys.modules)))"
-    )
+FORBIDDEN = ("torch", "ray", "transformers", "mlflow", "wandb", "harness.trainer", "harness.lab.sweeps",
+             "harness.lab.estimate", "harness.lab.policy", "algorithms")
+
+
+def _report_imports(build: str) -> list[str]:
+    """The modules a fresh interpreter holds after running `build` (which builds a report)."""
+    code = f"import sys, json; from pathlib import Path; from harness.report import build_report; {build}; " \
+           f"print(json.dumps(sorted(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    forbidden = ("torch", "ray", "transformers", "mlflow", "harness.trainer", "algorithms")
-    assert not [m for m in loaded if m.split(".")[0] in forbidden or m.startswith(forbidden)]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
+    loaded = _report_imports(
+        "from harness.report.synthetic import write_suite; "
+        f"d = write_suite(Path({str(tmp_path)!r}), 'imports', ('grpo',), (0, 2), (0,), steps=10); "
+        f"build_report(d, Path({str(tmp_path / 'out')!r}))")
+    assert "harness.report.figures" in loaded                              # it did build a report
+    assert not [m for m in loaded if m.split(".")[0] in FORBIDDEN or m.startswith(FORBIDDEN)]
+
+
+def test_a_lab_report_only_reads(tmp_path):
+    """An estimator-lab suite's report (its trials and the sweeps `stalebench run` stored) is rendered
+    without torch or the lab's computing modules, with the lab section in the page's own templates."""
+    from harness.config import build_run_config
+    from harness.lab.dynamics import run_lab_trial
+    from harness.lab.sweeps import store_sweeps
+    from harness.tracking import RunLog
+
+    lab = {"vocab": 3, "length": 2, "reward_frac": 0.3, "measure_groups": 40, "loop_groups": 8,
+           "sweep_group_sizes": [2, 4, 8], "sweep_group_size": 4, "sweep_groups": 100, "sweep_fit_min_g": 2}
+    base = {"algorithm": "grpo", "group_size": 4, "eval": {"every_steps": 5}, "lab": lab,
+            "train": {"steps": 6, "lr": 5.0, "prompts_per_step": 2, "advantage": "mean", "grad_clip": 0.0}}
+    suite = {"suite": "lab-read", "base": base, "grid": {"algorithm": ["gmc_grpo", "tic_grpo"], "delay": [0, 2]},
+             "seeds": [0]}
+    results = tmp_path / "lab-read"
+    results.mkdir()
+    (results / "suite.yaml").write_text(yaml.safe_dump(suite))
+    for algo in suite["grid"]["algorithm"]:
+        for delay in suite["grid"]["delay"]:
+            params = {"algorithm": algo, "delay": delay, "seed": 0}
+            log = RunLog(results / f"{algo}-d{delay}-s0")
+            log.start({}, {**params, "trial_id": f"{algo}-d{delay}-s0"}, {"config_sha256": "x"})
+            outcome = run_lab_trial(build_run_config(base, params), log, lambda: None)
+            log.status(outcome.status, step=outcome.step)
+    assert store_sweeps(results).startswith("lab: fixed-policy sweeps computed")
+    out = tmp_path / "out"
+    loaded = _report_imports(f"build_report(Path({str(results)!r}), Path({str(out)!r}))")
+    assert "harness.lab.report" in loaded                                  # the lab section was rendered
+    assert not [m for m in loaded if m.split(".")[0] in FORBIDDEN or m.startswith(FORBIDDEN)]
+    page = (out / "index.html").read_text()
+    for title in ("Estimator lab: bias vs group size", "Estimator lab: verdicts per claim"):
+        assert f"<h2>{title}</h2>" in page
+    assert 'id="extra-1-3"' in page and 'class="sortable"' in page           # tables through the table macro
+    assert '<figure><img src="lab_bias_vs_g.png" alt="Monte Carlo bias' in page and (out / "lab_bias_vs_g.png").is_file()
 
 
 def _browser():

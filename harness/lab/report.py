@@ -1,79 +1,31 @@
 """The estimator-lab section of a suite report: figures, fitted slopes and a verdict per theory claim.
 
     sections = lab_sections(Path("results/estimator-lab"), Path("reports/estimator-lab"))
-    # -> [(title, html_fragment), ...]; fragments are escaped, images are written into out_dir
+    # -> [(title, blocks), ...]; a block is {"text": str}, {"figure": file, "caption": str} or
+    #    {"table": {"columns": [...], "rows": [{column: text}]}}; images are written into out_dir
 
-Returns [] for a suite whose base config has no `lab:` section. Two data sources:
+The report's templates render the blocks (harness/report/html.py), escaping every string. Returns [] for
+a suite whose base config has no `lab:` section. Two data sources, both read, never computed here:
 1. The suite's trials (delayed-SGD dynamics, one final measurement each; harness/lab/dynamics.py).
 2. Fixed-policy sweeps over G, ε and divergence (harness/lab/sweeps.py). They are not suite trials:
-   this function computes them on first use from the suite's base config (31 s measured for the suite's
-   config on a loaded 2-core machine, with the Monte Carlo escalation of sweeps.py) and
-   caches them in <results_dir>/lab/sweeps.json, keyed by their inputs (the report loader ignores lab/).
-   Only that computation imports torch, lazily; rendering reads JSON.
+   `stalebench run` computes them after the suite's trials (31 s measured for the suite's config on a
+   loaded 2-core machine) and stores them in <results_dir>/lab/sweeps.json, keyed by their inputs
+   (harness/lab/sweep_file.py). When the file is missing or was computed for other inputs, the section
+   says so in one line with the command that computes them. No torch: rendering reads JSON.
 
 Claims are the five of docs/estimators.md ("Claims the estimator lab checks"); the rules that turn numbers into verdicts are
 in `verdicts` and printed next to each verdict.
 """
 from __future__ import annotations
 
-import hashlib
-import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .. import trialdir
 from . import figures
 from .results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
-
-SWEEP_FILE = Path("lab") / "sweeps.json"
-SWEEP_VERSION = 3
-
-
-# ----------------------------------------------------------------------------------------------
-# Sweeps: inputs from the suite, cached
-# ----------------------------------------------------------------------------------------------
-
-def sweep_inputs(suite: dict[str, Any]) -> dict[str, Any] | None:
-    """The sweeps' inputs from suite.yaml (None when the base config has no lab section)."""
-    base = suite.get("base") or {}
-    if not isinstance(base, dict) or base.get("lab") is None:
-        return None
-    train = base.get("train") or {}
-    grid = suite.get("grid") or {}
-    algorithms = grid.get("algorithm") or [base.get("algorithm", "grpo")]
-    return {"version": SWEEP_VERSION, "lab": base.get("lab") or {}, "eps": float(base.get("eps", 0.2)),
-            "algorithms": sorted(map(str, algorithms)), "adv_mode": str(train.get("advantage", "std")),
-            "aggregation": str(train.get("aggregation", "token-mean")),
-            "batch_groups": train.get("prompts_per_step"),          # None: the run config's default
-            "params": {str(base.get("algorithm", "grpo")): dict(base.get("params") or {})}}
-
-
-def load_or_run_sweeps(results_dir: Path, inputs: dict[str, Any]) -> dict[str, Any]:
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    path = results_dir / SWEEP_FILE
-    try:
-        cached = json.loads(path.read_text())
-        if cached.get("key") == key:
-            return cached["data"]
-    except (OSError, ValueError, AttributeError):
-        pass
-    from harness.config import from_dict          # lazy: these import torch
-    from .config import LabConfig
-    from .sweeps import run_sweeps
-
-    from harness.config import TrainConfig
-
-    lab = from_dict(LabConfig, inputs["lab"], "base.lab")
-    lab.validate("base.lab")
-    batch_groups = inputs["batch_groups"] or TrainConfig().prompts_per_step
-    data = run_sweeps(lab, eps=inputs["eps"], algorithms=inputs["algorithms"], adv_mode=inputs["adv_mode"],
-                      aggregation=inputs["aggregation"], params=inputs["params"], batch_groups=int(batch_groups))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "inputs": inputs, "data": data}))
-    return data
+from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,13 +76,13 @@ def _span(xs: list[float]) -> str:
 def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[str, str]]:
     """One row per claim: claim, verdict, numbers, rule."""
     rows = []
-    done = distinct([t for t in trials if t.status in ("completed", "diverged") and t.acc.size])
+    done = distinct([t for t in trials if t.status in trialdir.FINAL and t.acc.size])
     stale = [t for t in done if t.delay > 0 and "lab/bias_true" in t.measured and "lab/second_moment" in t.measured]
     # Claim 1 --------------------------------------------------------------------------------------
     rows.append(_claim1(stale))
     if data is None:
         claims = ("2. ε-dependence O(ε⁻⁴) → O(ε⁻²)", "4. GMC bias vanishes in G, clipping's persists")
-        rows += [{"claim": c, "verdict": "not testable here", "numbers": "the fixed-policy sweeps did not run",
+        rows += [{"claim": c, "verdict": "not testable here", "numbers": "no fixed-policy sweeps stored for this suite's config",
                   "rule": ""} for c in claims]
         return rows
     cfg = data["config"]
@@ -285,87 +237,86 @@ def _ranking(done: list[LabTrial]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# HTML
+# Blocks (rendered by the report's templates)
 # ----------------------------------------------------------------------------------------------
 
-def _e(x: object) -> str:
-    return html.escape(str(x))
+Block = dict[str, Any]
 
 
-def _img(name: str, caption: str) -> str:
-    return f'<figure><img src="{_e(name)}" alt="{_e(caption)}"><figcaption>{_e(caption)}</figcaption></figure>'
+def _text(text: str) -> Block:
+    return {"text": text}
 
 
-def _table(rows: list[dict[str, str]], cols: list[str]) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_e(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _figure(file: str, caption: str) -> Block:
+    return {"figure": file, "caption": caption}
 
 
-def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, str]]:
-    """(title, escaped HTML fragment) pairs of the estimator-lab section; [] for a non-lab suite."""
+def _table(rows: list[dict[str, str]], cols: list[str]) -> Block:
+    return {"table": {"columns": cols, "rows": [{c: str(r.get(c, "")) for c in cols} for r in rows]}}
+
+
+def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, list[Block]]]:
+    """(title, blocks) pairs of the estimator-lab section; [] for a non-lab suite."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    try:
-        suite = yaml.safe_load((results_dir / "suite.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return []
-    inputs = sweep_inputs(suite) if isinstance(suite, dict) else None
+    inputs = suite_sweep_inputs(results_dir)
     if inputs is None:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     trials = read_trials(results_dir)
-    done = distinct([t for t in trials if t.status in ("completed", "diverged") and t.acc.size])
-    try:
-        data, error = load_or_run_sweeps(results_dir, inputs), None
-    except Exception as exc:      # a failed sweep must not take the rest of the report down
-        data, error = None, f"{type(exc).__name__}: {exc}"
-    sections = []
-    if data is not None:
-        cfg = data["config"]
-        setup = (f"Fixed pair: the suite's problem (V = {cfg['vocab']}, L = {cfg['length']}, {cfg['reward']} rewards, "
-                 f"J(θ_0) = {cfg['J0']:.3f}); π_θ = θ_0, π_b = θ_0 perturbed to the stated KL(π_b‖π_θ). The pair's "
-                 f"J, ∇J, KL, χ² and the target g* are exact (enumeration); every bias, second moment and cosine "
-                 f"is a Monte Carlo estimate over {cfg['sweep_groups']} groups (G and ε sweeps: ×4 while the "
-                 f"SE exceeds a third of the bias, up to {cfg['sweep_max_groups']}; the count is in brackets "
-                 f"below), in draws of {cfg['batch_groups']} groups (one optimizer step's batch), advantage "
-                 f"'{cfg['adv_mode']}', aggregation '{cfg['aggregation']}'; computed in {cfg['seconds']} s. Bias is "
-                 f"‖E[ĝ − ĝ_trajIS]‖ on paired groups (plain trajectory IS: tic_grpo at ε = 1e12), de-noised, with "
-                 f"95% CIs from its unbiased squared estimate. Slopes: bias = c·G^p fitted by weighted nonlinear "
-                 f"least squares to the squared estimates of every point with G ≥ {cfg['fit_min_g']} (none is "
-                 f"dropped for being small); a slope is read as an exponent only when its 95% CI is at most "
-                 f"0.5 wide, otherwise as a direction or not at all.")
-        fits = g_fits(data)
-        fit_rows = [{"KL": f"{kl:g}", "estimator": name, "p [95% CI] (reading)": _sl(f), "points": _span(f["x_used"])}
-                    for (kl, name), f in sorted(fits.items())]
-        per_g, per_g_cols = _per_g_rows(data["by_g"])
-        g_png = figures.bias_vs_g(data["by_g"], fits, out_dir)
-        sections.append(("Estimator lab: bias vs group size", f"<p>{_e(setup)}</p>"
-                         + _img(g_png, "Monte Carlo bias against plain trajectory IS vs G (95% CIs), log-log, per "
-                                       "divergence, with the weighted power-law fit")
-                         + _table(fit_rows, ["KL", "estimator", "p [95% CI] (reading)", "points"])
-                         + f"<p>{_e('Bias per G: estimate [95% CI] (Monte Carlo groups).')}</p>"
-                         + _table(per_g, per_g_cols)))
-        sections.append(("Estimator lab: bias vs ε and the δ_GMC ≤ δ_clip check",
-                         _img(figures.bias_vs_eps(data["by_eps"], data["delta"], out_dir),
-                              f"G = {cfg['sweep_group_size']}, KL = {cfg['kl']:g}: Monte Carlo bias vs ε, 95% CIs "
-                              f"(left); mean per-group "
-                              f"distortion max_i |1 − w_i/r_i| of GMC and trajectory clipping (right)")))
-        sections.append(("Estimator lab: bias and second moment vs divergence",
-                         _img(figures.bias_vs_kl(data["by_kl"], out_dir),
-                              f"All estimators at G = {cfg['sweep_group_size']}, ε = {cfg['eps']:g}, Monte Carlo over "
-                              f"{cfg['sweep_groups']} groups (±1 SE): bias against the exact target g* = κ∇J, "
-                              f"second moment, and cosine of the mean gradient with ∇J")))
-    else:
-        sections.append(("Estimator lab: fixed-policy sweeps", f"<p>{_e('The sweeps failed: ' + str(error))}</p>"))
+    done = distinct([t for t in trials if t.status in trialdir.FINAL and t.acc.size])
+    data, why = read_sweeps(results_dir, inputs)
+    sections = _sweep_sections(data, out_dir) if data is not None else [(
+        "Estimator lab: fixed-policy sweeps",
+        [_text(f"No fixed-policy sweeps to show: {results_dir / SWEEP_FILE} is {why}; compute them with "
+               f"`stalebench run {results_dir}` (finished trials are not rerun), then render the report again.")])]
     if done:
         intro = f"{len(done)} finished trials, pooled over the other grid keys; ±1 SE over trials."
-        sections.append(("Estimator lab: convergence vs delay", f"<p>{_e(intro)}</p>"
-                         + _img(figures.convergence(done, out_dir),
-                                "Suboptimality vs delay, and mean learning curves at the largest delay")
-                         + _img(figures.bias_vs_outcome(done, out_dir),
-                                "Trials with delay > 0: relative bias and relative second moment (Monte Carlo "
-                                "estimates) on the delay's pair (θ_0, θ_0 + d expected SGD steps) vs "
-                                "suboptimality")))
+        sections.append(("Estimator lab: convergence vs delay", [
+            _text(intro),
+            _figure(figures.convergence(done, out_dir), "Suboptimality vs delay, and mean learning curves at the "
+                                                        "largest delay"),
+            _figure(figures.bias_vs_outcome(done, out_dir),
+                    "Trials with delay > 0: relative bias and relative second moment (Monte Carlo estimates) on "
+                    "the delay's pair (θ_0, θ_0 + d expected SGD steps) vs suboptimality")]))
     rows = verdicts(data, trials)
-    sections.append(("Estimator lab: verdicts per claim", _table(rows, ["claim", "verdict", "numbers", "rule"])))
+    sections.append(("Estimator lab: verdicts per claim", [_table(rows, ["claim", "verdict", "numbers", "rule"])]))
     return sections
+
+
+def _sweep_sections(data: dict[str, Any], out_dir: Path) -> list[tuple[str, list[Block]]]:
+    cfg = data["config"]
+    setup = (f"Fixed pair: the suite's problem (V = {cfg['vocab']}, L = {cfg['length']}, {cfg['reward']} rewards, "
+             f"J(θ_0) = {cfg['J0']:.3f}); π_θ = θ_0, π_b = θ_0 perturbed to the stated KL(π_b‖π_θ). The pair's "
+             f"J, ∇J, KL, χ² and the target g* are exact (enumeration); every bias, second moment and cosine "
+             f"is a Monte Carlo estimate over {cfg['sweep_groups']} groups (G and ε sweeps: ×4 while the "
+             f"SE exceeds a third of the bias, up to {cfg['sweep_max_groups']}; the count is in brackets "
+             f"below), in draws of {cfg['batch_groups']} groups (one optimizer step's batch), advantage "
+             f"'{cfg['adv_mode']}', aggregation '{cfg['aggregation']}'; computed in {cfg['seconds']} s. Bias is "
+             f"‖E[ĝ − ĝ_trajIS]‖ on paired groups (plain trajectory IS: tic_grpo at ε = 1e12), de-noised, with "
+             f"95% CIs from its unbiased squared estimate. Slopes: bias = c·G^p fitted by weighted nonlinear "
+             f"least squares to the squared estimates of every point with G ≥ {cfg['fit_min_g']} (none is "
+             f"dropped for being small); a slope is read as an exponent only when its 95% CI is at most "
+             f"0.5 wide, otherwise as a direction or not at all.")
+    fits = g_fits(data)
+    fit_rows = [{"KL": f"{kl:g}", "estimator": name, "p [95% CI] (reading)": _sl(f), "points": _span(f["x_used"])}
+                for (kl, name), f in sorted(fits.items())]
+    per_g, per_g_cols = _per_g_rows(data["by_g"])
+    return [
+        ("Estimator lab: bias vs group size", [
+            _text(setup),
+            _figure(figures.bias_vs_g(data["by_g"], fits, out_dir),
+                    "Monte Carlo bias against plain trajectory IS vs G (95% CIs), log-log, per divergence, with "
+                    "the weighted power-law fit"),
+            _table(fit_rows, ["KL", "estimator", "p [95% CI] (reading)", "points"]),
+            _text("Bias per G: estimate [95% CI] (Monte Carlo groups)."),
+            _table(per_g, per_g_cols)]),
+        ("Estimator lab: bias vs ε and the δ_GMC ≤ δ_clip check", [
+            _figure(figures.bias_vs_eps(data["by_eps"], data["delta"], out_dir),
+                    f"G = {cfg['sweep_group_size']}, KL = {cfg['kl']:g}: Monte Carlo bias vs ε, 95% CIs (left); "
+                    f"mean per-group distortion max_i |1 − w_i/r_i| of GMC and trajectory clipping (right)")]),
+        ("Estimator lab: bias and second moment vs divergence", [
+            _figure(figures.bias_vs_kl(data["by_kl"], out_dir),
+                    f"All estimators at G = {cfg['sweep_group_size']}, ε = {cfg['eps']:g}, Monte Carlo over "
+                    f"{cfg['sweep_groups']} groups (±1 SE): bias against the exact target g* = κ∇J, second "
+                    f"moment, and cosine of the mean gradient with ∇J")]),
+    ]

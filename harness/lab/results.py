@@ -3,10 +3,11 @@
     trials = read_trials(results_dir)          # one LabTrial per trial directory with params.json
     fit = fit_power(G, bias_sq, bias_sq_se, x_min=8)   # bias = c·G^p, weighted, every point
 
-Trial layout (the suite runner's): <trial_id>/{params.json, config.yaml, eval.jsonl, status.json}. The
-grid point comes from params.json (dotted or plain keys), falling back to config.yaml for a key it lacks,
-except a key params.json lists as `ignored` (an estimator that does not read ε runs once, without an
-`eps` key): its value is NaN, not the base config's.
+Trial layout (the suite runner's, read through harness/trialdir.py): params.json, config.yaml,
+eval.jsonl and status.json of each trial directory. The grid point comes from params.json (dotted or
+plain keys), falling back to config.yaml for a key it lacks, except a key params.json lists as `ignored`
+(an estimator that does not read ε runs once, without an `eps` key): its value is NaN, not the base
+config's.
 
 Independence. Trials are not independent units: seeds of one configuration share its measurement pair,
 and results written before grids skipped ignored axes hold the same run once per ε. `distinct` drops
@@ -23,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from scipy import stats as sps
 
-NOT_TRIALS = ("lab",)
+from .. import trialdir
+
 KNOWN_KEYS = ("algorithm", "delay", "eps", "group_size", "seed", "ignored", "stands_for")
 
 
@@ -74,26 +75,6 @@ class LabTrial:
         return float(np.trapezoid(self.acc, self.steps) / (self.steps[-1] - self.steps[0]))
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
-
-
 def _lookup(params: dict[str, Any], config: dict[str, Any], key: str, default: Any) -> Any:
     if key in params:
         return params[key]
@@ -106,18 +87,13 @@ def _lookup(params: dict[str, Any], config: dict[str, Any], key: str, default: A
 def read_trials(results_dir: Path) -> list[LabTrial]:
     """Every trial directory of `results_dir` that has a params.json (unfinished ones included)."""
     out = []
-    for d in sorted(p for p in Path(results_dir).iterdir() if p.is_dir()):
-        if d.name.startswith(".") or d.name in NOT_TRIALS:
+    for d in sorted(p for p in Path(results_dir).iterdir() if trialdir.is_trial_dir(p)):
+        params, _ = trialdir.load(d, trialdir.PARAMS)
+        if params is None:
             continue
-        params = _json(d / "params.json")
-        if not isinstance(params, dict):
-            continue
-        try:
-            config = yaml.safe_load((d / "config.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            config = {}
-        status = _json(d / "status.json")
-        rows = [r for r in _jsonl(d / "eval.jsonl") if isinstance(r.get("eval/acc"), (int, float))]
+        config = trialdir.read_config(d) or {}
+        status = trialdir.read_status(d)
+        rows = [r for r in trialdir.scan_rows(d, trialdir.EVALS)[0] if isinstance(r.get("eval/acc"), (int, float))]
         rows.sort(key=lambda r: r.get("step", 0))
         measured = next((r for r in reversed(rows) if "lab/bias_true" in r), {})
         get = lambda key, default: _lookup(params, config, key, default)    # noqa: E731
@@ -128,7 +104,7 @@ def read_trials(results_dir: Path) -> list[LabTrial]:
             group_size=int(get("group_size", 0)), seed=int(get("seed", 0)), ignored=ignored,
             other=tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in params.items()
                                if k not in KNOWN_KEYS)),
-            status=str(status.get("status", "running")) if isinstance(status, dict) else "running",
+            status=str(status.get("status", "running")),
             steps=np.array([float(r.get("step", 0)) for r in rows]),
             acc=np.array([float(r["eval/acc"]) for r in rows]),
             measured={k: float(v) for k, v in measured.items()

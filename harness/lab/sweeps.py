@@ -1,4 +1,6 @@
-"""Fixed-policy sweeps for the report: bias vs G, bias vs ε (with the δ_GMC ≤ δ_clip check), bias vs divergence.
+"""Fixed-policy sweeps of an estimator-lab suite: bias vs G, bias vs ε (with the δ_GMC ≤ δ_clip check),
+bias vs divergence. `stalebench run` computes them after the suite's trials (`store_sweeps`) into
+<results>/<suite>/lab/sweeps.json (sweep_file.py); the report only reads that file.
 
 These are not suite trials: each point is one `estimate.measure` on a fixed (behavior, current) pair:
 the pair is exact, the biases are Monte Carlo with standard errors. In the G and ε sweeps (the ones
@@ -17,20 +19,41 @@ returns plain JSON-able data (report.py renders it without torch):
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Iterable
 
 import torch
 
 from algorithms import prepare_context
 
+from ..config import TrainConfig, from_dict
 from . import estimate, policy
 from .config import LabConfig
+from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs, write_sweeps
 
 EPS_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)        # the issue's ε range
 KL_GRID = (0.05, 0.1, 0.2, 0.5, 1.0)         # nats, KL(π_b ‖ π_θ)
 FOCUS = ("gmc_grpo", "tic_grpo")             # the two estimators the paper's G and ε claims compare
 CLIP, CAP = "tic_grpo", "gmc_grpo"           # trajectory clipping, group mass capping (ctx tensor "weight": w_i)
 RESOLVE = 3.0                                # re-measure while bias < RESOLVE · SE (SE comparable to the value)
+
+
+def store_sweeps(results_dir: Path) -> str | None:
+    """Compute the sweeps of the suite in `results_dir` (its suite.yaml) and store them, unless
+    lab/sweeps.json already holds them for the same inputs. Returns a line for the console, or None for a
+    suite without a `lab:` base config."""
+    inputs = suite_sweep_inputs(results_dir)
+    if inputs is None:
+        return None
+    if read_sweeps(results_dir, inputs)[0] is not None:
+        return f"lab: fixed-policy sweeps up to date in {Path(results_dir) / SWEEP_FILE}"
+    lab = from_dict(LabConfig, inputs["lab"], "base.lab")
+    lab.validate("base.lab")
+    batch_groups = inputs["batch_groups"] or TrainConfig().prompts_per_step
+    data = run_sweeps(lab, eps=inputs["eps"], algorithms=inputs["algorithms"], adv_mode=inputs["adv_mode"],
+                      aggregation=inputs["aggregation"], params=inputs["params"], batch_groups=int(batch_groups))
+    path = write_sweeps(results_dir, inputs, data)
+    return f"lab: fixed-policy sweeps computed in {data['config']['seconds']} s -> {path}"
 
 
 def g_kls(lab: LabConfig) -> list[float]:

@@ -14,11 +14,9 @@ import math
 import multiprocessing
 import os
 import re
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from html import escape
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,7 +32,7 @@ from harness.report import figures as fig
 from harness.report import paper, stats, tables
 from harness.report.load import SuiteResults, load_suite
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
-from harness.report.render import cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
+from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
 DOCS_URL = "../../docs/report.md"  # reports/<suite>/index.html -> the repository's docs/report.md
@@ -43,19 +41,19 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 @dataclass(frozen=True)
 class Section:
-    """An extra report section: a title (escaped), an HTML fragment that its producer has already
-    escaped (inserted as is), and figure files to copy next to index.html and show."""
+    """An extra report section: a title and blocks, each {"text": str}, {"figure": file in out_dir,
+    "caption": str} or {"table": {"columns": [str], "rows": [{column: str}]}}. The report's templates
+    render them like the rest of the page (every string escaped; tables sortable)."""
 
     title: str
-    html: str
-    figures: list[Path] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def extra_sections(results_dir: Path, out_dir: Path) -> list[Section]:
     """Sections other producers add to a suite's report: the estimator lab's, for suites with a `lab:`
-    base config (their figures are written straight into `out_dir`, so nothing needs copying)."""
+    base config (its figures are written straight into `out_dir`)."""
     from harness.lab.report import lab_sections
-    return [Section(title, html) for title, html in lab_sections(results_dir, out_dir)]
+    return [Section(title, blocks) for title, blocks in lab_sections(results_dir, out_dir)]
 
 
 def benchmark_sections(res: SuiteResults) -> list[Section]:
@@ -77,14 +75,12 @@ def benchmark_sections(res: SuiteResults) -> list[Section]:
         err = score.get("acc_stderr")
         return f"{score['acc']:.3f}" + (f" ± {err:.3f}" if isinstance(err, (int, float)) else "") + f" ({score.get('n')})"
 
-    head = "".join(f"<th>{escape(h)}</th>" for h in ["trial", "algorithm", "delay", "seed", *names])
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in
-                                    [r["trial_id"], r.get("algorithm", ""), show(r.get("delay")), show(r.get("seed")),
-                                     *(cell(scores.get(b)) for b in names)]) + "</tr>" for r, scores in rows)
-    text = ("<p>Kept policies (<code>train.save</code>) evaluated with <code>stalebench eval --trial</code>: "
-            "lm-eval on the local benchmark files, greedy, zero-shot; accuracy ± its standard error (problems).</p>")
-    return [Section("Benchmark evaluation", f'{text}<table class="sortable"><thead><tr>{head}</tr></thead>'
-                                            f"<tbody>{body}</tbody></table>")]
+    columns = ["trial", "algorithm", "delay", "seed", *names]
+    table = [dict(zip(columns, [str(r["trial_id"]), str(r.get("algorithm", "")), show(r.get("delay")),
+                                show(r.get("seed")), *(cell(scores.get(b)) for b in names)])) for r, scores in rows]
+    text = ("Kept policies (train.save) evaluated with `stalebench eval --trial`: lm-eval on the local benchmark "
+            "files, greedy, zero-shot; accuracy ± its standard error (problems).")
+    return [Section("Benchmark evaluation", [{"text": text}, {"table": {"columns": columns, "rows": table}}])]
 
 
 def suite_slug(name: str) -> str:
@@ -131,7 +127,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
         partial(fig.diagnostics_vs_delay, plot, out_dir), partial(fig.heatmap, "eps", plot, out_dir),
         partial(fig.heatmap, "group_size", plot, out_dir), partial(fig.survival_curves, plot, out_dir),
         partial(fig.staleness, a.trials, res.metrics, out_dir)])
-    extras = _copy_extras(extra_sections(res.path, out_dir) + benchmark_sections(res), out_dir)
+    extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
     papers = paper.paper_tables(a)
@@ -229,18 +225,24 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
     }
 
 
-def _copy_extras(sections: list[Section], out_dir: Path) -> list[dict[str, Any]]:
-    """Copy each extra section's figures into ``out_dir/extra/`` and return template records."""
-    out = []
-    for i, s in enumerate(sections):
-        files = []
-        for path in s.figures:
-            dest = out_dir / "extra" / f"{i}-{Path(path).name}"
-            dest.parent.mkdir(exist_ok=True)
-            shutil.copyfile(path, dest)
-            files.append(quote(dest.relative_to(out_dir).as_posix()))
-        out.append({"title": s.title, "html": s.html, "figures": files})
-    return out
+def _section_record(section: Section) -> dict[str, Any]:
+    """A Section for report.html.j2: text, figures, and tables in the table macro's format."""
+    blocks = []
+    for b in section.blocks:
+        if "table" in b:
+            columns = [Column(str(c), _text_cell(str(c)), numeric=False) for c in b["table"]["columns"]]
+            blocks.append({"kind": "table", "columns": columns, "rows": cell_rows(pd.DataFrame(b["table"]["rows"],
+                                                                                            columns=list(b["table"]["columns"])), columns)})
+        elif "figure" in b:
+            blocks.append({"kind": "figure", "file": quote(str(b["figure"])), "caption": str(b.get("caption", ""))})
+        else:
+            blocks.append({"kind": "text", "text": str(b.get("text", ""))})
+    return {"title": section.title, "blocks": blocks}
+
+
+def _text_cell(key: str):
+    """A table cell shown as the producer formatted it, sorted as text."""
+    return lambda r: (str(r.get(key, "")), str(r.get(key, "")))
 
 
 def build_site(reports_root: Path = Path("reports")) -> Path:

@@ -35,7 +35,7 @@ import yaml
 from harness import trialdir
 from harness.report.collapse import CollapseRules
 
-TRIAL_FILES = ("params.json", "config.yaml", "metrics.jsonl", "eval.jsonl", "status.json", "provenance.json")
+TRIAL_FILES = trialdir.RECORD
 METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses
 DIAGNOSTIC_KEYS = ("is/ess_frac", "is/ratio_max", "policy/kl_behavior")  # plus every */...frac key logged
 LOSS_KEY = "loss/value"
@@ -147,7 +147,7 @@ def _curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.nd
 
 def _read_status(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """status.json as a dict, with notes for a missing or unreadable file."""
-    status, problem = trialdir.read_object(trial_dir / "status.json")
+    status, problem = trialdir.load(trial_dir, trialdir.STATUS)
     if problem == "missing":
         return {"status": "running"}, ["no status.json (shown as running)"]
     if status is None:
@@ -157,7 +157,7 @@ def _read_status(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
 
 def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """params.json with non-scalar values flattened to JSON text, with a note when missing/unreadable."""
-    params, problem = trialdir.read_object(trial_dir / "params.json")
+    params, problem = trialdir.load(trial_dir, trialdir.PARAMS)
     if params is None:
         return {}, [f"{'no' if problem == 'missing' else 'unreadable'} params.json"]
     notes: list[str] = []
@@ -174,7 +174,7 @@ def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
 
 def _read_provenance(trial_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
     """provenance.json as a dict; None (shown as "unknown") when absent, with a note when unreadable."""
-    prov, problem = trialdir.read_object(trial_dir / "provenance.json")
+    prov, problem = trialdir.load(trial_dir, trialdir.PROVENANCE)
     return prov, (["unreadable provenance.json"] if problem == "unreadable" else [])
 
 
@@ -216,10 +216,10 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
     params, notes = _read_params(trial_dir)
     status, status_notes = _read_status(trial_dir)
     prov, prov_notes = _read_provenance(trial_dir)
-    metric_rows, bad_m = trialdir.read_rows(trial_dir / "metrics.jsonl")
-    eval_rows, bad_e = trialdir.read_rows(trial_dir / "eval.jsonl")
+    metric_rows, bad_m = trialdir.scan_rows(trial_dir, trialdir.METRICS)
+    eval_rows, bad_e = trialdir.scan_rows(trial_dir, trialdir.EVALS)
     notes += status_notes + prov_notes
-    notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, "metrics.jsonl"), (bad_e, "eval.jsonl"))
+    notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, trialdir.METRICS), (bad_e, trialdir.EVALS))
               if n]
     row = {
         "trial_id": trial_dir.name,

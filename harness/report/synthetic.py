@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from harness import trialdir
+
 METRIC_NAMES = ("train/reward_mean", "loss/value", "opt/grad_norm", "policy/entropy", "policy/kl_behavior",
                 "is/ratio_max", "is/ess_frac", "is/clip_frac", "rollout/len_mean", "rollout/zero_adv_frac",
                 "perf/step_s", "perf/rollout_s", "perf/tokens_per_s")
@@ -32,17 +34,17 @@ def write_trial(suite_dir: Path, params: dict[str, Any], metrics: list[dict[str,
     """Write one trial directory; a None argument leaves that file out. Returns the trial dir."""
     trial_dir = suite_dir / params["trial_id"]
     trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "params.json").write_text(json.dumps(params), encoding="utf-8")
-    (trial_dir / "config.yaml").write_text(yaml.safe_dump({"params": params}), encoding="utf-8")
+    (trial_dir / trialdir.PARAMS).write_text(json.dumps(params), encoding="utf-8")
+    (trial_dir / trialdir.CONFIG).write_text(yaml.safe_dump({"params": params}), encoding="utf-8")
     if metrics is not None:
-        write_jsonl(trial_dir / "metrics.jsonl", metrics)
+        write_jsonl(trial_dir / trialdir.METRICS, metrics)
     if evals is not None:
-        write_jsonl(trial_dir / "eval.jsonl", evals)
+        write_jsonl(trial_dir / trialdir.EVALS, evals)
     if status is not None:
-        (trial_dir / "status.json").write_text(json.dumps({"trial_id": params["trial_id"], **status}),
+        (trial_dir / trialdir.STATUS).write_text(json.dumps({"trial_id": params["trial_id"], **status}),
                                                encoding="utf-8")
     if provenance is not None:
-        (trial_dir / "provenance.json").write_text(json.dumps(provenance), encoding="utf-8")
+        (trial_dir / trialdir.PROVENANCE).write_text(json.dumps(provenance), encoding="utf-8")
     return trial_dir
 
 

@@ -31,7 +31,7 @@ from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults
 from harness.report.render import show
 
 FINISHED = trialdir.FINAL  # the statuses whose results count
-STATUSES = ("completed", "diverged", "failed", "running")
+STATUSES = trialdir.STATUSES  # in this order in cells.csv and status counts
 AXIS_SYMBOLS = {"eps": "\u03b5", "group_size": "G"}  # how a grid key is written in notes and labels
 CELL_COLUMNS = ("config", "seeds", "final", "ci_low", "ci_high", "statistic", "ci_method", "low_confidence",
                 "iqm_final", "mean_final", "iqm_best", "iqm_auc", "n_collapsed", "collapse_rate",

@@ -9,6 +9,9 @@ Resume (kill the driver at any moment, even with SIGKILL, and run the same comma
   it again and steps it already holds are skipped (tracking.RunLog.start, MlflowSink), so MLflow ends up
   with every step exactly once.
 Results whose resolved config differs from the suite's are never taken as finished (trial.check_identity).
+A suite with a `lab:` base config also gets its fixed-policy sweeps computed and stored after its trials
+(results/<suite>/lab/sweeps.json; a rerun with nothing to do computes only missing ones), so that the
+report only reads.
 """
 from __future__ import annotations
 
@@ -22,10 +25,10 @@ import yaml
 from ..config import ConfigError
 from ..status import ProgressLine, count_statuses, read_status
 from ..suite import Suite, Trial, expand, select_trials
-from ..tracking import (TrackingUnreachable, close_suite_run, default_tracking_uri, end_orphaned_suite_runs,
-                        open_suite_run, probe_tracking_uri, supersede_run)
+from ..tracking import (Mirrors, TrackingUnreachable, WandbTarget, close_suite_run, default_tracking_uri,
+                        end_orphaned_suite_runs, open_suite_run, probe_tracking_uri, require_wandb, supersede_run)
 from ..trial import MlflowTarget, check_identity
-from ..trialdir import FINAL, SUPERSEDED, suite_results_dir
+from ..trialdir import ENDED, FINAL, SUPERSEDED, suite_results_dir
 from .console import ProgressThread, Say, printer
 from .ray_tune import check_fits, fit, ray_session
 
@@ -41,6 +44,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     ids = [t.trial_id for t in trials]
     say = printer(progress)
     verify_bases(trials)                              # before anything is written
+    check_mirrors(suite)
     superseded = check_identity(trials, suite_dir, on_change)
     write_suite_file(suite, suite_dir, say)
     pending = [t for t in trials if read_status(suite_dir / t.trial_id).get("status") not in FINAL]
@@ -50,6 +54,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     if not pending:
         with contextlib.suppress(Exception):          # tidy up after a driver killed after its last trial
             end_orphaned_suite_runs(tracking_uri(Path(results_root)), suite.name)
+        store_lab_sweeps(suite, suite_dir, say)
         return count_statuses(suite_dir, ids)
     uri = tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
     with ray_session(address, say):
@@ -61,15 +66,31 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         try:
             steps = {t.trial_id: t.config.train.steps for t in trials}
             with ProgressThread(ProgressLine(suite_dir, steps), progress):
-                fit(suite, pending, suite_dir, target, say)
-            interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in (*FINAL, "failed")
+                fit(suite, pending, suite_dir, mirrors(suite, target, Path(results_root)), say)
+            interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in ENDED
                               for t in pending)
         finally:
             counts = count_statuses(suite_dir, ids)
             close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
     if interrupted:           # Ctrl+C: Tune stops the trials and returns; the caller sees the interrupt
         raise KeyboardInterrupt(f"{counts.get('running', 0)} trial(s) did not finish")
+    store_lab_sweeps(suite, suite_dir, say)           # after Ray: the sweeps get the machine to themselves
     return counts
+
+
+def store_lab_sweeps(suite: Suite, suite_dir: Path, say: Say) -> None:
+    """The fixed-policy sweeps of a lab suite, computed once per config (harness/lab/sweeps.store_sweeps).
+    A failure is one line, not a failed run: the trials' results stand, and the report says what is missing."""
+    if suite.base.get("lab") is None:
+        return
+    from ..lab.sweeps import store_sweeps               # torch: only for lab suites
+
+    try:
+        line = store_sweeps(suite_dir)
+    except Exception as exc:  # noqa: BLE001 — reported in one line; running the suite again retries
+        line = f"lab: the fixed-policy sweeps failed ({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''})"
+    if line:
+        say(line)
 
 
 def tracking_uri(results_root: Path) -> str:
@@ -80,6 +101,19 @@ def tracking_uri(results_root: Path) -> str:
     except TrackingUnreachable as exc:
         raise ConfigError(str(exc)) from None
     return uri
+
+
+def check_mirrors(suite: Suite) -> None:
+    """Stop with one line when a mirror the suite asks for cannot work here (before Ray starts)."""
+    if suite.tracking.wandb is not None:
+        require_wandb(suite.tracking.wandb)
+
+
+def mirrors(suite: Suite, target: MlflowTarget, results_root: Path) -> Mirrors:
+    """Where the suite's trials mirror themselves: their MLflow child runs, and W&B runs when the suite's
+    `tracking.wandb` asks for them (offline runs under <results>/wandb/)."""
+    wandb = suite.tracking.wandb
+    return Mirrors((target, *([WandbTarget.of(wandb, suite.name, results_root)] if wandb is not None else [])))
 
 
 def write_suite_file(suite: Suite, suite_dir: Path, say: Say) -> None:

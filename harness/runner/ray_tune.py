@@ -22,9 +22,9 @@ from ray import tune
 from ..config import ConfigError
 from ..status import last_eval, read_status
 from ..suite import Suite, Trial
-from ..tracking import RunLog
-from ..trial import MlflowTarget, TrialFailed, run_trial
-from ..trialdir import read_jsonl
+from ..tracking import RunLog, Target
+from ..trial import TrialFailed, mirror_params, run_trial
+from ..trialdir import read_evals
 from .console import Say
 
 STORAGE_ENV = "STALEBENCH_STORAGE_PATH"    # Tune's storage_path (a shared directory or URI on a cluster)
@@ -66,7 +66,7 @@ def ray_session(address: str | None, say: Say) -> Iterator[None]:
             if address is None:
                 ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
             else:                                        # the workers of a cluster do not inherit our env
-                passed = {k: v for k, v in os.environ.items() if k.startswith(("STALEBENCH_", "MLFLOW_", "HF_"))}
+                passed = {k: v for k, v in os.environ.items() if k.startswith(("STALEBENCH_", "MLFLOW_", "WANDB_", "HF_"))}
                 _probe_address(address)                  # Ray retries a wrong address for minutes
                 say(f"connecting to the Ray cluster at {address} ...")
                 try:
@@ -150,7 +150,7 @@ def storage_path(suite_dir: Path) -> str:
     return str(suite_dir / "ray")
 
 
-def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: MlflowTarget, say: Say) -> None:
+def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say: Say) -> None:
     """One Tune experiment: a grid over the trial ids, FIFO (no early stopping), Tune's retries for
     transient failures; a trial failing every try is recorded as failed and the suite goes on."""
     from ray.tune.schedulers import FIFOScheduler
@@ -158,7 +158,7 @@ def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: MlflowTarget
     res = suite.resources
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, trials={t.trial_id: t for t in trials}, suite_dir=str(suite_dir),
-                             mlflow=target, cwd=os.getcwd()),
+                             mirror=target, cwd=os.getcwd()),
         {"cpu": res.cpu, "gpu": res.gpu})
     tune.Tuner(
         trainable,
@@ -169,23 +169,24 @@ def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: MlflowTarget
         run_config=tune.RunConfig(name=f"{suite.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=storage_path(suite_dir), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=res.max_failures),
-                                  callbacks=[_TrialEvents(suite_dir, target, say)])).fit()
+                                  callbacks=[_TrialEvents(suite_dir, target, say,
+                                                          {t.trial_id: t for t in trials})])).fit()
 
 
 def _trial_name(trial) -> str:
     return str(trial.config["trial_id"])
 
 
-def _trainable(config: dict, *, trials: dict[str, Trial], suite_dir: str, mlflow: MlflowTarget, cwd: str) -> None:
+def _trainable(config: dict, *, trials: dict[str, Trial], suite_dir: str, mirror: Target, cwd: str) -> None:
     """In a Ray worker: one trial via run_trial; reports its final status and evaluation to Tune (the
     per-step metrics go to the trial's files and MLflow)."""
     trial = trials[config["trial_id"]]
-    status = run_in_worker(trial, Path(suite_dir), mlflow, cwd)
+    status = run_in_worker(trial, Path(suite_dir), mirror, cwd)
     evals = {k.replace("/", "_"): v for k, v in _last_row(Path(suite_dir) / trial.trial_id).items() if k != "step"}
     tune.report({"status": status.get("status", "unknown"), "step": status.get("step", 0), **evals})
 
 
-def run_in_worker(trial: Trial, suite_dir: Path, mlflow: MlflowTarget, cwd: str) -> dict[str, Any]:
+def run_in_worker(trial: Trial, suite_dir: Path, mirror: Target, cwd: str) -> dict[str, Any]:
     if os.path.isdir(cwd):             # relative paths in a config mean what they meant to the driver
         os.chdir(cwd)
     import torch
@@ -197,13 +198,13 @@ def run_in_worker(trial: Trial, suite_dir: Path, mlflow: MlflowTarget, cwd: str)
     with open(trial_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return run_trial(trial, suite_dir, mlflow, progress=False)
+            return run_trial(trial, suite_dir, mirror, progress=False)
         except TrialFailed as exc:     # already recorded; re-raised short, so that Tune retries it
             raise TrialFailed(str(exc)) from None
 
 
 def _last_row(trial_dir: Path) -> dict[str, float]:
-    rows = read_jsonl(trial_dir / "eval.jsonl")
+    rows = read_evals(trial_dir)
     return {k: v for k, v in (rows[-1] if rows else {}).items() if isinstance(v, (int, float))}
 
 
@@ -222,8 +223,8 @@ class _TrialEvents(tune.Callback):
     """Driver-side: one line per finished, retried or failed trial, and a `failed` status for a trial
     whose worker died before it could record anything itself (a crash, the OOM killer)."""
 
-    def __init__(self, suite_dir: Path, target: MlflowTarget | None, say: Say):
-        self.suite_dir, self.target, self.say = Path(suite_dir), target, say
+    def __init__(self, suite_dir: Path, target: Target | None, say: Say, trials: dict[str, Trial] | None = None):
+        self.suite_dir, self.target, self.say, self.trials = Path(suite_dir), target, say, trials or {}
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         trial_dir = self.suite_dir / _trial_name(trial)
@@ -246,15 +247,18 @@ class _TrialEvents(tune.Callback):
             return record["error"]
         reason = error_reason(trial)            # the worker died without recording its failure
         if final:
-            _record_failure(trial_dir, reason, self.target, step=int(record.get("step") or 0))
+            _record_failure(trial_dir, reason, self.target, self.trials.get(trial_dir.name),
+                            step=int(record.get("step") or 0))
         return reason
 
 
-def _record_failure(trial_dir: Path, reason: str, target: MlflowTarget | None, step: int = 0) -> None:
-    """A `failed` status written by the driver (the trial could not record it), mirrored to MLflow."""
+def _record_failure(trial_dir: Path, reason: str, target: Target | None, trial: Trial | None,
+                    step: int = 0) -> None:
+    """A `failed` status written by the driver (the trial could not record it), mirrored to its runs."""
     RunLog(trial_dir).status("failed", step=step, error=reason)
     if target is not None:
         with contextlib.suppress(Exception):     # the mirror is best effort; the files are the truth
-            from ..tracking import MlflowSink
-            MlflowSink(target.tracking_uri, target.experiment_id, target.parent_run_id, trial_dir.name,
-                       {"trial_id": trial_dir.name}).set_status("failed", reason)
+            params = mirror_params(trial) if trial is not None else {"trial_id": trial_dir.name}
+            sink = target.open(trial_dir.name, params)
+            sink.set_status("failed", reason)
+            sink.finish(trial_dir)

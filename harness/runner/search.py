@@ -17,11 +17,10 @@ from ray import tune
 from ..config import DEFAULT_ESTIMATOR, ConfigError, build_run_config, from_dict
 from ..status import last_eval
 from ..suite import Suite, Trial
-from ..tracking import close_suite_run
-from ..trial import MlflowTarget
+from ..tracking import Target, close_suite_run
 from ..trialdir import suite_results_dir
 from .console import Say, printer
-from .grid import open_mlflow, tracking_uri, verify_bases, write_suite_file
+from .grid import check_mirrors, mirrors, open_mlflow, tracking_uri, verify_bases, write_suite_file
 from .ray_tune import check_fits, error_reason, ray_session, run_in_worker, storage_path
 
 @dataclass(frozen=True)
@@ -92,6 +91,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     delay = spec.tune_delay(suite)
     fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": suite.seeds[0]}
     verify_bases([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms])
+    check_mirrors(suite)
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
         f"{spec.trials_per_algorithm} trials each at delay {delay} -> {suite_dir / 'tune'}")
     uri = tracking_uri(Path(results_root))
@@ -103,7 +103,8 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
         (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
         try:
             for algorithm in algorithms:
-                results[algorithm] = _search(suite, spec, algorithm, fixed, suite_dir, target, say)
+                results[algorithm] = _search(suite, spec, algorithm, fixed, suite_dir,
+                                             mirrors(suite, target, Path(results_root)), say)
         finally:
             statuses = [r["status"] for rows in results.values() for r in rows]
             close_suite_run(target.tracking_uri, target.parent_run_id, {s: statuses.count(s) for s in set(statuses)},
@@ -118,7 +119,7 @@ def _tune_trial(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, A
 
 
 def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any], suite_dir: Path,
-            target: MlflowTarget, say: Say) -> list[dict[str, Any]]:
+            target: Target, say: Say) -> list[dict[str, Any]]:
     """One Tune experiment: Optuna's TPE proposes `trials_per_algorithm` values for one estimator."""
     import optuna
     from ray.tune.search import ConcurrencyLimiter
@@ -134,7 +135,7 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
     searcher = ConcurrencyLimiter(OptunaSearch(metric="objective", mode=spec.mode, sampler=sampler), concurrent)
     trainable = tune.with_resources(
         tune.with_parameters(_tune_trainable, suite=suite, spec=spec, algorithm=algorithm, fixed=fixed,
-                             tune_dir=str(suite_dir / "tune"), mlflow=target, cwd=os.getcwd()),
+                             tune_dir=str(suite_dir / "tune"), mirror=target, cwd=os.getcwd()),
         {"cpu": res.cpu, "gpu": res.gpu})
     grid = tune.Tuner(
         trainable, param_space={"value": tune.loguniform(spec.low, spec.high)},
@@ -157,10 +158,10 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
 
 
 def _tune_trainable(config: dict, *, suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
-                    tune_dir: str, mlflow: MlflowTarget, cwd: str) -> None:
+                    tune_dir: str, mirror: Target, cwd: str) -> None:
     """In a Ray worker: one tuning trial; reports the objective (a diverged run gets the worst value)."""
     trial = _tune_trial(suite, spec, algorithm, fixed, float(config["value"]))
-    status = run_in_worker(trial, Path(tune_dir), mlflow, cwd)
+    status = run_in_worker(trial, Path(tune_dir), mirror, cwd)
     value = last_eval(Path(tune_dir) / trial.trial_id, spec.metric)
     if status.get("status") != "completed" or value is None or not math.isfinite(value):
         value = -math.inf if spec.mode == "max" else math.inf

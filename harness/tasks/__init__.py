@@ -1,7 +1,8 @@
 """Tasks: problem sources with rewards, behind one registry.
 
 ``make_task(name, **kwargs)`` builds a task by name: ``"addrev"`` (synthetic, see
-:mod:`harness.tasks.synthetic`) or a real benchmark (see :mod:`harness.tasks.benchmarks`).
+:mod:`harness.tasks.synthetic`) or a real benchmark (see :mod:`harness.tasks.benchmarks`). lm-eval reaches
+the same problems and grading through :mod:`harness.tasks.lm_eval_adapters`.
 """
 
 from __future__ import annotations

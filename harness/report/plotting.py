@@ -1,0 +1,188 @@
+"""The report's figure machinery: what every figure draws from (``PlotData``), estimator styles, facet
+grids with fixed margins, the shared legend, captions' seed counts, and saving (PNG + SVG).
+
+The figures themselves are in ``figures.py``; this module decides how they look, not what they show.
+Facets are seaborn ``FacetGrid``s (``Grid``): wrapped when there is one facet variable, facet values in
+numeric order (G=4 before G=16), one shared legend naming every estimator in the suite (drawn above the
+panels; the figure grows to include it). Each estimator has its own colour *and* marker
+(``estimator_style``), so up to ~15 stay distinct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import matplotlib.ticker  # FacetGrid draws through pyplot; every figure is closed after saving
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.lines import Line2D
+
+from harness.report import stats
+from harness.report.render import show
+from harness.report.tables import FINISHED, Analysis, _sort_key
+
+PANEL_IN = (3.2, 2.4)  # inches per panel (width, height)
+DPI = 90
+WRAP = 4  # panels per row when one facet variable is wrapped
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8")
+EXTRA_COLOURS = ("#000000", "#6a3d9a", "#1b5e20", "#800000", "#00838f")  # after seaborn's 10 colorblind
+
+
+@dataclass(frozen=True)
+class FigureOut:
+    """One saved figure: PNG file name inside the report dir, its SVG twin, title, caption (plain text)."""
+
+    file: str
+    title: str
+    caption: str
+    svg: str = ""
+
+
+@dataclass(frozen=True)
+class Style:
+    colour: tuple[float, float, float]
+    marker: str
+
+
+def estimator_style(names: list[str], baseline: str) -> dict[str, Style]:
+    """A distinct (colour, marker) per estimator: the baseline first, then the others by name; colours
+    from seaborn's colorblind palette, then EXTRA_COLOURS, then evenly spaced hues; markers cycle."""
+    order = sorted(set(names), key=lambda n: (n != baseline, n))
+    colours = sns.color_palette("colorblind", 10) + [matplotlib.colors.to_rgb(c) for c in EXTRA_COLOURS]
+    if len(order) > len(colours):
+        colours += sns.color_palette("husl", len(order) - len(colours))
+    return {n: Style(tuple(colours[i]), MARKERS[i % len(MARKERS)]) for i, n in enumerate(order)}
+
+
+@dataclass(frozen=True)
+class PlotData:
+    """What every figure needs: finished (trial, cell) rows with slice labels, curves, styles."""
+
+    done: pd.DataFrame  # finished expand_shared rows with a delay, plus "slice"
+    evals: pd.DataFrame  # scored eval curves (trial_id, step, eval/acc)
+    metrics: pd.DataFrame  # long per-step metrics
+    diagnostics: list[str]  # diagnostic metric keys present
+    other: list[str]  # varying grid keys other than algorithm and delay
+    styles: dict[str, Style]
+    slices: list[str]  # slice labels in numeric order
+    delays: list[float]
+
+    @classmethod
+    def build(cls, a: Analysis, metrics: pd.DataFrame, diagnostics: list[str]) -> PlotData:
+        ct = a.cell_trials
+        done = ct[ct["status"].isin(FINISHED) & ct["delay"].notna()].copy()
+        done["algorithm"] = done["algorithm"].astype(str)
+        done["delay"] = done["delay"].astype(float)
+        styles = estimator_style(list(done["algorithm"].unique()), a.baseline)
+        first = done.drop_duplicates("slice")
+        slices = [s for _, s in sorted(((tuple(_sort_key(r[k]) for k in a.other), r["slice"])
+                                        for r in first.to_dict("records")))]
+        return cls(done, a.scored_evals, metrics, diagnostics, a.other, styles, slices,
+                   sorted(done["delay"].unique()))
+
+    @property
+    def hue_order(self) -> list[str]:
+        return list(self.styles)
+
+    @property
+    def palette(self) -> dict[str, tuple[float, float, float]]:
+        return {n: s.colour for n, s in self.styles.items()}
+
+
+def seed_range(counts: pd.Series) -> str:
+    """'3 seeds' or '2-3 seeds' from per-line seed counts."""
+    if counts.empty:
+        return "0 seeds"
+    lo, hi = int(counts.min()), int(counts.max())
+    return f"{hi} seed{'s' if hi != 1 else ''}" if lo == hi else f"{lo}-{hi} seeds"
+
+
+def low_note(counts: pd.Series) -> str:
+    """A caption sentence when some line or point rests on fewer than MIN_CONFIDENT_SEEDS seeds."""
+    if counts.empty or counts.min() >= stats.MIN_CONFIDENT_SEEDS:
+        return ""
+    return (f" LOW CONFIDENCE: fewer than {stats.MIN_CONFIDENT_SEEDS} seeds per point; intervals are "
+            "Student-t intervals of the mean and a single seed has none.")
+
+
+class Grid(sns.FacetGrid):
+    """seaborn's FacetGrid without its automatic ``tight_layout`` calls (each one measures every tick
+    label of every panel: seconds on a 20-panel grid); ``save`` lays the figure out with fixed margins
+    in inches instead, reserving room for the legend above the panels."""
+
+    def tight_layout(self, *args, **kwargs):  # noqa: D102 (see class docstring)
+        return self
+
+
+def facet_grid(data: pd.DataFrame, d: PlotData, facet_delay: bool, **kw) -> Grid:
+    """A Grid: delay columns x slice rows (``facet_delay``), else slices wrapped; numeric order."""
+    size = {"height": PANEL_IN[1], "aspect": PANEL_IN[0] / PANEL_IN[1]}
+    if facet_delay and len(d.slices) > 1:
+        return Grid(data, col="delay", row="slice", col_order=d.delays, row_order=d.slices,
+                    margin_titles=True, **size, **kw)
+    if facet_delay:
+        return Grid(data, col="delay", col_order=d.delays, col_wrap=min(WRAP, len(d.delays)), **size, **kw)
+    return Grid(data, col="slice", col_order=d.slices, col_wrap=min(WRAP, len(d.slices)), **size, **kw)
+
+
+def wrapped_grid(data: pd.DataFrame, col: str, order: list, wrap: int, height: float = PANEL_IN[1],
+             width: float = PANEL_IN[0], **kw) -> Grid:
+    """A Grid with one facet variable ``col`` wrapped after ``wrap`` panels, in ``order``."""
+    return Grid(data, col=col, col_order=order, col_wrap=min(wrap, len(order)), height=height,
+                aspect=width / height, **kw)
+
+
+def facet_titles(g: sns.FacetGrid, facet_delay: bool) -> None:
+    if facet_delay:
+        g.set_titles(col_template="delay={col_name}", row_template="{row_name}")
+        for ax, name in zip(g.axes.flat, np.tile(g.col_names, max(len(g.row_names), 1))):
+            ax.set_title(f"delay={show(name)}" if ax.get_title() else "", fontsize=9)
+    else:
+        g.set_titles(col_template="{col_name}")
+
+
+def shared_legend(g: Grid, d: PlotData, names: list[str] | None = None) -> int:
+    """One legend above the panels naming every estimator (colour and marker); returns its rows."""
+    names = names or d.hue_order
+    handles = [Line2D([], [], color=d.styles[n].colour, marker=d.styles[n].marker, lw=1.4, ms=5, label=n)
+               for n in names]
+    ncol = max(1, min(len(handles), int(g.figure.get_figwidth() // 1.3), 8))
+    g.figure.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=ncol,
+                    frameon=False, fontsize=8)
+    return -(-len(handles) // ncol)
+
+
+def save(g: Grid | plt.Figure, out_dir: Path, stem: str, legend_rows: int = 0, left: float = 0.7,
+          right: float = 0.35) -> tuple[str, str]:
+    """Fixed margins in inches (room for tick labels, titles and ``legend_rows`` legend rows on top),
+    then PNG and SVG; closes the figure."""
+    fig = g.figure if isinstance(g, Grid) else g
+    if isinstance(g, Grid):
+        width, height = fig.get_figwidth(), fig.get_figheight()
+        top = 0.35 + 0.22 * legend_rows
+        height += top  # grow the figure so panels keep their size
+        fig.set_figheight(height)
+        n_rows, n_cols = g.axes.shape if g.axes.ndim == 2 else (1, 1)
+        if g._col_wrap is not None:
+            n_cols = min(g._col_wrap, len(g.col_names))
+            n_rows = -(-len(g.col_names) // n_cols)
+        fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=0.55 / height,
+                            top=1 - top / height, wspace=0.5 / PANEL_IN[0] * (n_cols > 1) + 0.001,
+                            hspace=0.5 / PANEL_IN[1] * (n_rows > 1) + 0.001)
+    fig.savefig(out_dir / f"{stem}.png", dpi=DPI)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller, faster, searchable
+        fig.savefig(out_dir / f"{stem}.svg")
+    plt.close(fig)
+    return f"{stem}.png", f"{stem}.svg"
+
+
+def log2_delay_axis(ax: plt.Axes, delays: list[float]) -> None:
+    """x = 1 + delay on a log2 scale, ticks labelled with the delays themselves."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([1 + x for x in delays])
+    ax.set_xticklabels([show(x) for x in delays], fontsize=7)
+    ax.minorticks_off()

@@ -1,0 +1,173 @@
+"""Facts about the code that anyone can check, checked: no import cycle among harness modules, one owner
+of the trial directory's format, one definition of the trial statuses, files that fit on a reader's
+desk, the tracking packages imported only by harness/tracking/, and a repository that stands alone.
+
+The import graph is built from the AST of harness/**/*.py. Module-level and function-level imports count
+alike (a lazy import still couples two modules). `from pkg import name` is an edge to `pkg.name` when that
+is a module, else to `pkg`; importing a module does not add an edge to its parent package, since Python
+completes a partially imported package for a submodule import.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+from harness import trialdir
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "harness"
+MAX_LINES = 400
+# The names of the trial directory's files, as trialdir.py defines them: no other module may spell them.
+TRIAL_FILES = (trialdir.CONFIG, trialdir.PARAMS, trialdir.PROVENANCE, trialdir.METRICS, trialdir.EVALS,
+               trialdir.STATUS, trialdir.ERROR_LOG, trialdir.CHECKPOINT)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    assert len(out) > 50 and "harness.trialdir" in out, sorted(out)[:5]
+    return out
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the harness modules it imports anywhere in its file."""
+    graph = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[:len(package) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    edges |= {sub} if sub in modules else {target} if target in modules else set()
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph)))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles():
+    # a -> b -> c -> a is one cycle; d -> a hangs off it; e stands alone
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_and_lazy_imports_are_edges(tmp_path):
+    # the graph of a made-up package: a relative import in a function body, a package-level name
+    modules = {"p": tmp_path / "p" / "__init__.py", "p.a": tmp_path / "p" / "a.py", "p.b": tmp_path / "p" / "b.py"}
+    modules["p"].parent.mkdir()
+    modules["p"].write_text("from .a import thing\n")
+    modules["p.a"].write_text("def f():\n    from . import b\n")
+    modules["p.b"].write_text("from p import thing\n")
+    assert import_graph(modules) == {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p"}}
+    assert cycles(import_graph(modules)) == [["p", "p.a", "p.b"]]
+
+
+def test_no_import_cycle_among_harness_modules():
+    assert cycles(import_graph(_modules())) == []
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    """String constants of a module that are not docstrings."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings]
+
+
+def test_only_trialdir_names_the_trial_files():
+    """A file name as a string (`trial_dir / "status.json"`, or a path ending in it) outside trialdir.py
+    is a second owner of the format; messages that mention a file by name are fine."""
+    pattern = re.compile(r"(^|/)(" + "|".join(map(re.escape, TRIAL_FILES)) + r")$")
+    offenders = [f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}"
+                 for name, path in _modules().items() if name != "harness.trialdir"
+                 for node in _strings(ast.parse(path.read_text())) if pattern.search(node.value)]
+    assert offenders == []
+
+
+def test_statuses_are_defined_once():
+    """No tuple, list or set of trial statuses outside trialdir.py (FINAL, ENDED, STATUSES live there)."""
+    offenders = []
+    for name, path in _modules().items():
+        if name == "harness.trialdir":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2 and all(
+                    isinstance(e, ast.Constant) and e.value in trialdir.STATUSES for e in node.elts):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_no_harness_file_over_the_line_limit():
+    long = {str(p.relative_to(REPO)): n for p in _modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"over {MAX_LINES} lines (split by job): {long}"
+
+
+def test_only_the_tracking_package_imports_mlflow_and_wandb():
+    offenders = []
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            if any(n.split(".")[0] in ("mlflow", "wandb") for n in names) and path.parent.name != "tracking":
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_the_repository_stands_alone():
+    """The docs cite files of this repository only (no design notes that live elsewhere)."""
+    texts = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *PACKAGE.rglob("*.md"), *PACKAGE.rglob("*.py")]
+    cited = [str(p.relative_to(REPO)) for p in texts if re.search(r"\b(ALGORITHMS|DESIGN)\.md\b", p.read_text())]
+    assert cited == []
