@@ -9,10 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from harness.config import ModelConfig
+from typing import Any
 
 BASES_DIR = Path(__file__).parent
 MANIFEST = "base.json"
@@ -53,8 +50,9 @@ def verify_base(path: Path) -> dict:
     return manifest
 
 
-def base_identity(model: ModelConfig) -> tuple[Path, dict]:
-    """(local directory, {"name", "sha256"}) of the run's starting checkpoint, verified.
+def base_identity(model: Any) -> tuple[Path, dict]:
+    """(local directory, {"name", "sha256"}) of the run's starting checkpoint (`model`: a
+    harness.config.ModelConfig), verified.
 
     `model.kind: tiny` is a frozen base shipped in harness/base_models/ (checked against its manifest);
     `model.kind: path` is any local transformers model, identified by the sha256 of its weight files.
