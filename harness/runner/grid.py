@@ -25,7 +25,7 @@ import yaml
 from ..config import ConfigError
 from ..status import ProgressLine, count_statuses, read_status
 from ..suite import Suite, Trial, expand, select_trials
-from ..tracking import (Mirrors, TrackingUnreachable, WandbTarget, close_suite_run, default_tracking_uri,
+from ..tracking import (Mirrors, TrackingUnreachable, WandbTarget, close_suite_run, default_tracking_uri, prepare_store,
                         end_orphaned_suite_runs, open_suite_run, probe_tracking_uri, require_wandb, supersede_run)
 from ..trial import MlflowTarget, check_identity
 from ..trialdir import ENDED, FINAL, SUPERSEDED, suite_results_dir
@@ -57,8 +57,10 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         store_lab_sweeps(suite, suite_dir, say)
         return count_statuses(suite_dir, ids)
     uri = tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
+    store = prepare_store(uri, suite.name)            # a new SQLite store's migrations overlap Ray's start
     with ray_session(address, say):
         check_fits(suite.resources)                   # before a parent run or a trial is touched
+        store.join()
         target = open_mlflow(suite, uri, Path(results_root), "suite", len(pending))
         for tid in superseded:
             supersede_run(target.tracking_uri, target.experiment_id, tid)

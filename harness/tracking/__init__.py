@@ -17,7 +17,7 @@ from .config import TrackingConfig, WandbConfig
 from .mlflow_sink import MlflowSink, MlflowTarget, find_trial_run, supersede_run
 from .mlflow_store import (TrackingUnreachable, close_suite_run, default_tracking_uri, driver_tags,
                            end_orphaned_runs, end_orphaned_suite_runs, log_metrics_to_run, mlflow_name,
-                           open_suite_run, probe_tracking_uri)
+                           open_suite_run, prepare_store, probe_tracking_uri)
 from .runlog import RunLog
 from .sinks import Mirrors, NullSink, Sink, Target, TeeSink
 from .wandb_sink import WandbSink, WandbTarget, require_wandb
@@ -25,4 +25,4 @@ from .wandb_sink import WandbSink, WandbTarget, require_wandb
 __all__ = ["Mirrors", "MlflowSink", "MlflowTarget", "NullSink", "RunLog", "Sink", "Target", "TeeSink", "TrackingConfig",
            "TrackingUnreachable", "WandbConfig", "WandbSink", "WandbTarget", "close_suite_run", "default_tracking_uri",
            "driver_tags", "end_orphaned_runs", "end_orphaned_suite_runs", "find_trial_run", "log_metrics_to_run",
-           "mlflow_name", "open_suite_run", "probe_tracking_uri", "require_wandb", "supersede_run"]
+           "mlflow_name", "open_suite_run", "prepare_store", "probe_tracking_uri", "require_wandb", "supersede_run"]

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -104,6 +105,21 @@ def _open_store(tracking_uri: str, experiment_name: str):
                 raise
             time.sleep(0.25 * 2 ** attempt * (1 + random.random()))
     raise AssertionError("unreachable")
+
+
+def prepare_store(tracking_uri: str, experiment_name: str) -> threading.Thread:
+    """Open a local SQLite store in a background thread (a new one: create its schema, seconds of
+    migrations), so that it overlaps Ray's start; join the thread before opening the suite's run, which
+    reports any error of the store as one line. A tracking server needs no preparation."""
+    def open_quietly() -> None:
+        with contextlib.suppress(Exception):
+            _quiet_mlflow()
+            _open_store(tracking_uri, experiment_name)
+
+    thread = threading.Thread(target=open_quietly if tracking_uri.startswith("sqlite:") else (lambda: None),
+                              name="stalebench-mlflow-store", daemon=True)
+    thread.start()
+    return thread
 
 
 @contextlib.contextmanager
