@@ -293,7 +293,7 @@ def staleness(trials: pd.DataFrame, metrics: pd.DataFrame, out_dir: Path) -> Fig
     """Realized staleness (stale/mean) vs step, averaged over trials per configured delay."""
     delay_of = trials.loc[trials["has_params"]].set_index("trial_id")["delay"]
     m = metrics[["trial_id", "step", "stale/mean"]].dropna()
-    m = m.assign(delay=pd.to_numeric(m["trial_id"].astype(str).map(delay_of), errors="coerce"))
+    m = m.assign(delay=pd.to_numeric(m["trial_id"].map(delay_of).astype(object), errors="coerce"))
     m = m.dropna(subset=["delay"])
     if m.empty:
         return None
