@@ -113,6 +113,7 @@ def prepare_store(tracking_uri: str, experiment_name: str) -> threading.Thread:
     reports any error of the store as one line. A tracking server needs no preparation."""
     def open_quietly() -> None:
         with contextlib.suppress(Exception):
+            import mlflow  # noqa: F401 — its import sets its loggers' levels: quiet them after it
             _quiet_mlflow()
             _open_store(tracking_uri, experiment_name)
 
