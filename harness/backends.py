@@ -79,6 +79,9 @@ class TorchBackend:
         path.unlink(missing_ok=True)
 
 
+DS_TAG = "state"                   # the DeepSpeed checkpoint's tag: <trial>/checkpoint.ds/state/
+
+
 class DeepSpeedBackend:
     """A DeepSpeed engine around the model; gradient accumulation over the step's micro-batches."""
 
@@ -128,13 +131,14 @@ class DeepSpeedBackend:
         return torch.as_tensor(float("nan") if norm is None else float(norm))
 
     def save(self, path: Path, extra: dict) -> None:
-        self.model.save_checkpoint(str(path.with_suffix(".ds")), tag="latest", client_state=extra)
+        # A named tag, and no DeepSpeed `latest` file: that file would be <dir>/latest, the tag directory itself.
+        self.model.save_checkpoint(str(path.with_suffix(".ds")), tag=DS_TAG, client_state=extra, save_latest=False)
         torch.save({"deepspeed": True, **extra}, path)
 
     def load(self, path: Path) -> dict:
         if "identity" not in load_checkpoint(path):   # the marker carries the trial's identity too
             raise ValueError(f"{path}: not a stalebench DeepSpeed checkpoint marker; delete it to restart the trial")
-        _, client_state = self.model.load_checkpoint(str(path.with_suffix(".ds")), tag="latest")
+        _, client_state = self.model.load_checkpoint(str(path.with_suffix(".ds")), tag=DS_TAG)
         return dict(client_state or {})
 
     def remove_checkpoint(self, path: Path) -> None:
