@@ -8,9 +8,9 @@ Imports only torch and the standard library (a test checks it).
 from .common import (AGGREGATIONS, ADVANTAGE_MODES, BatchContext, LossInputs, LossOutput, aggregate,
                      group_advantages)
 from .registry import (check_params, compute_loss, estimator_defaults, load_plugins, loss_names, prepare_context,
-                       register, uses_eps)
+                       register, uses_batch_statistics, uses_eps)
 from . import bapo, decoupled, gmc_grpo, grpo, gspo, is_none, m2po, naive, tic_grpo, tis, topr  # noqa: F401
 
 __all__ = ["AGGREGATIONS", "ADVANTAGE_MODES", "BatchContext", "LossInputs", "LossOutput", "aggregate",
            "check_params", "compute_loss", "estimator_defaults", "group_advantages", "loss_names",
-           "prepare_context", "register", "uses_eps"]
+           "prepare_context", "register", "uses_batch_statistics", "uses_eps"]

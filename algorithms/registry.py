@@ -102,6 +102,12 @@ def uses_eps(name: str) -> bool:
     return get_estimator(name).uses_eps
 
 
+def uses_batch_statistics(name: str) -> bool:
+    """Whether estimator `name` computes statistics over the whole optimizer-step batch (`prepare`), which a
+    trainer holding only part of the batch (a micro-batch, a worker's rows) must compute over all of it."""
+    return get_estimator(name).prepare is not None
+
+
 def estimator_defaults(name: str) -> dict[str, object]:
     """The estimator's own parameters (besides eps) and their defaults."""
     return dict(get_estimator(name).defaults)

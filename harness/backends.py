@@ -6,9 +6,12 @@
                            the step's global denominators)
     backend.step() -> grad norm (before clipping); clips and applies the update
 
-`torch` is a plain AdamW loop. `deepspeed` (extra `gpu`, or `pip install deepspeed`) wraps the same AdamW
+`torch` is a plain AdamW loop (with several workers, each holds the whole optimizer state and the workers'
+gradients are summed before clipping). `deepspeed` (extra `gpu`, or `pip install deepspeed`) wraps the same AdamW
 in a DeepSpeed engine with ZeRO stage 0-3 and optional CPU offload; it runs on CPU with the gloo
-backend (single process) as well as on GPUs. The estimator and trainer code are the same for both.
+backend as well as on GPUs, in one process or across the workers of a multi-worker trial (world.py:
+the engine all-reduces the workers' gradients; ZeRO 1-2 partition the optimizer state and gradients).
+The estimator and trainer code are the same for both.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pathlib import Path
 import torch
 
 from .config import RunConfig
+from .world import Group, Solo
 
 
 def _adamw(params, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -47,8 +51,9 @@ def load_checkpoint(path: Path) -> dict:
 
 
 class TorchBackend:
-    def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int):
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int, world: Solo | Group = Solo()):
         self.model = self.module = model
+        self.world = world
         self.opt = _adamw(model.parameters(), cfg)
         self.clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else math.inf
 
@@ -59,12 +64,16 @@ class TorchBackend:
         loss.backward()
 
     def step(self) -> torch.Tensor:
+        # Each worker's loss is normalized by the step's global denominators: the step's gradient is the sum.
+        self.world.sum_([p.grad for p in self.model.parameters() if p.grad is not None])
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         if torch.isfinite(norm):
             self.opt.step()
         return norm
 
     def save(self, path: Path, extra: dict) -> None:
+        if not self.world.is_main:              # every worker holds the same weights and optimizer state
+            return
         tmp = path.with_suffix(".tmp")
         torch.save({"model": self.module.state_dict(), "opt": self.opt.state_dict(), **extra}, tmp)
         os.replace(tmp, path)
@@ -79,10 +88,14 @@ class TorchBackend:
         path.unlink(missing_ok=True)
 
 
-class DeepSpeedBackend:
-    """A DeepSpeed engine around the model; gradient accumulation over the step's micro-batches."""
+DS_TAG = "state"                   # the DeepSpeed checkpoint's tag: <trial>/checkpoint.ds/state/
 
-    def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int):
+
+class DeepSpeedBackend:
+    """A DeepSpeed engine around the model; gradient accumulation over the step's micro-batches (of this
+    process's rows) and, with several workers, the gradient all-reduce between them."""
+
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int, world: Solo | Group = Solo()):
         try:
             import deepspeed
         except ImportError:
@@ -96,6 +109,10 @@ class DeepSpeedBackend:
         if cfg.model.zero_offload:
             zero["offload_optimizer"] = {"device": "cpu"}
         self.micro_batches = micro_batches
+        # The engine divides each micro-batch's gradient by gradient_accumulation_steps and averages the workers'
+        # gradients; our losses are already normalized by the step's global denominators, so it must sum.
+        self.loss_scale = micro_batches * world.size
+        self.is_main = world.is_main
         ds_config = {
             "train_micro_batch_size_per_gpu": 1,          # bookkeeping only: the trainer forms its own micro-batches
             "gradient_accumulation_steps": micro_batches,
@@ -113,8 +130,7 @@ class DeepSpeedBackend:
         pass                                    # the engine zeroes gradients after each optimizer step
 
     def backward(self, loss: torch.Tensor) -> None:
-        # The engine divides by gradient_accumulation_steps; our losses are already globally normalized.
-        self.model.backward(loss * self.micro_batches)
+        self.model.backward(loss * self.loss_scale)
         if self.model.is_gradient_accumulation_boundary():
             # ZeRO-0 keeps full gradients on the parameters and records no norm: measure it before the step.
             grads = [p.grad for p in self.module.parameters() if p.grad is not None]
@@ -128,13 +144,16 @@ class DeepSpeedBackend:
         return torch.as_tensor(float("nan") if norm is None else float(norm))
 
     def save(self, path: Path, extra: dict) -> None:
-        self.model.save_checkpoint(str(path.with_suffix(".ds")), tag="latest", client_state=extra)
-        torch.save({"deepspeed": True, **extra}, path)
+        # Every worker writes its part. A named tag, and no DeepSpeed `latest` file: that file would be
+        # <dir>/latest, the tag directory itself.
+        self.model.save_checkpoint(str(path.with_suffix(".ds")), tag=DS_TAG, client_state=extra, save_latest=False)
+        if self.is_main:                        # the marker last: its presence means every worker's part is written
+            torch.save({"deepspeed": True, **extra}, path)
 
     def load(self, path: Path) -> dict:
         if "identity" not in load_checkpoint(path):   # the marker carries the trial's identity too
             raise ValueError(f"{path}: not a stalebench DeepSpeed checkpoint marker; delete it to restart the trial")
-        _, client_state = self.model.load_checkpoint(str(path.with_suffix(".ds")), tag="latest")
+        _, client_state = self.model.load_checkpoint(str(path.with_suffix(".ds")), tag=DS_TAG)
         return dict(client_state or {})
 
     def remove_checkpoint(self, path: Path) -> None:
@@ -142,5 +161,7 @@ class DeepSpeedBackend:
         shutil.rmtree(path.with_suffix(".ds"), ignore_errors=True)
 
 
-def make_backend(model: torch.nn.Module, cfg: RunConfig, micro_batches: int) -> TorchBackend | DeepSpeedBackend:
-    return (DeepSpeedBackend if cfg.model.backend == "deepspeed" else TorchBackend)(model, cfg, micro_batches)
+def make_backend(model: torch.nn.Module, cfg: RunConfig, micro_batches: int,
+                 world: Solo | Group = Solo()) -> TorchBackend | DeepSpeedBackend:
+    """The configured backend; `micro_batches` per step on this process's rows of the batch (world.rows)."""
+    return (DeepSpeedBackend if cfg.model.backend == "deepspeed" else TorchBackend)(model, cfg, micro_batches, world)

@@ -96,13 +96,20 @@ class TrainConfig:
     temperature: float = 1.0
     max_new_tokens: int = 8
     checkpoint_every: int = 50             # steps between resumable checkpoints; 0 = never
-    threads: int = 1                       # torch CPU threads per trial
+    threads: int = 1                       # torch CPU threads per process
+    workers: int = 1                       # data-parallel workers (Ray Train processes; gradients summed across
+                                           # them): each samples and scores prompts_per_step / workers whole prompt
+                                           # groups with its own seed, so it is part of what a trial is (docs/workers.md)
     save: str = "none"                     # keep the policy as a transformers model dir <trial>/policy:
                                            # final (at the last step) | best (best eval/acc) | none
 
     def validate(self, key: str) -> None:
-        for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads"):
+        for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads",
+                     "workers"):
             _positive(f"{key}.{name}", getattr(self, name))
+        if self.prompts_per_step % self.workers:
+            raise ConfigError(f"{key}.workers: {key}.prompts_per_step {self.prompts_per_step} does not divide into "
+                              f"{self.workers} workers (each worker samples whole prompt groups)")
         if self.steps > MAX_STEPS:
             raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
         for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
@@ -164,6 +171,24 @@ class RunConfig:
                 section.validate(name.rstrip("_"))
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
+        if self.train.workers > 1:
+            self._validate_workers()
+
+    def _validate_workers(self) -> None:
+        """What several data-parallel workers need (docs/workers.md); each refusal is one line."""
+        n, m = self.train.workers, self.model
+        refusals = [
+            (m.zero_stage > 2, "ZeRO-3 partitions the parameters, which each worker's own rollouts and rank 0's "
+                               "evaluation cannot use; set model.zero_stage 0, 1 or 2"),
+            (m.engine != "hf", f"model.engine {m.engine!r} is not supported with several workers yet (each worker "
+                               f"would start its own engine inside the Train process group); use engine hf"),
+            (self.async_ is not None, "async is not supported with several workers (the producer thread would "
+                                      "share the workers' collectives); use delay"),
+            (self.lab is not None, "an estimator-lab trial runs in one process; remove train.workers"),
+        ]
+        for refused, reason in refusals:
+            if refused:
+                raise ConfigError(f"train.workers: {reason}")
 
 
 # ----------------------------------------------------------------------------------------------

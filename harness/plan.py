@@ -35,14 +35,15 @@ def dry_run(suite: Suite, only: list[str], results_root: Path) -> str:
         lines.append(f"  {'done ' if t in done else 'run  '}{t.trial_id}")
     steps = sum(t.config.train.steps for t in trials if t not in done)
     step_s, source = _step_seconds(suite_dir, trials)
-    workers = max(1, int((os.cpu_count() or 1) // max(suite.resources.cpu, 1e-9)))
+    processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
+    parallel = max(1, int((os.cpu_count() or 1) // max(suite.resources.cpu * processes, 1e-9)))
     if suite.resources.max_concurrent:
-        workers = min(workers, suite.resources.max_concurrent)
+        parallel = min(parallel, suite.resources.max_concurrent)
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
-        hours = steps * step_s / workers / 3600
-        lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {workers} parallel trials "
+        hours = steps * step_s / parallel / 3600
+        lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
                      f"~ {hours * 60:.0f} min of training (evaluation not included)")
     return "\n".join(lines)
 

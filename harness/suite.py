@@ -34,8 +34,8 @@ MAX_FAILURES = 10             # retries of a trial: more would only repeat a det
 
 @dataclass(frozen=True)
 class Resources:
-    cpu: float = 1.0              # CPUs per trial
-    gpu: float = 0.0              # GPUs per trial
+    cpu: float = 1.0              # CPUs per trial process: a trial of train.workers N reserves N x cpu
+    gpu: float = 0.0              # GPUs per trial process (N x gpu)
     max_concurrent: int | None = None   # trials at once (default: as many as fit)
     max_failures: int = 1         # retries of a trial that raised (transient failures), 0..MAX_FAILURES
 
@@ -181,6 +181,10 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
         raise _fail(where, f"seeds: expected a non-empty list of integers; got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise _fail(where, f"seeds: duplicate values in {seeds!r}")
+    if isinstance(data.get("resources"), Mapping) and "workers" in data["resources"]:
+        raise _fail(where, "resources.workers: set a trial's workers with train.workers in base or the grid (they "
+                           "change how its rollouts are sampled, so they are part of its config); resources.cpu "
+                           "and gpu are per worker")
     try:
         resources = from_dict(Resources, data.get("resources") or {}, "resources")
         resources.validate("resources")

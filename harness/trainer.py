@@ -15,18 +15,20 @@ from typing import Any, Callable
 
 import torch
 
-from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context
+from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context, uses_batch_statistics
 
 from .backends import make_backend
 from .config import RunConfig, to_dict
 from .delay import AsyncProducer, Batch, DelayBuffer
+from .metrics import combine_metrics, policy_metrics, rollout_metrics
 from .models import base_identity, check_eval_set, load_model, problems_sha256
 from .rollout import make_engine
 from .rollout.base import Rollout
 from .rollout.hf import CACHE, position_ids_from
-from .tasks import task_from_config
+from .tasks import Problem, task_from_config
 from .tracking import RunLog
 from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256
+from .world import world_for
 
 
 class Diverged(Exception):
@@ -35,6 +37,11 @@ class Diverged(Exception):
 
 def batch_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index) % (2**63 - 1)
+
+
+def shard_seed(seed: int, index: int, shard: int) -> int:
+    """The sampling seed of shard `shard` of batch `index` with several workers (shard 0 keeps the batch's)."""
+    return (batch_seed(seed, index) + shard * 0x9E3779B97F4A7C15) % (2**63 - 1)
 
 
 def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1
@@ -89,7 +96,10 @@ class Trainer:
         if cfg.model.kind == "tiny":
             check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
         B = tc.prompts_per_step * cfg.group_size
-        self.backend = make_backend(self.model, cfg, micro_batches=-(-B // (tc.micro_batch_size or B)))
+        self.world = world_for(tc.workers)        # this process and its rows of each step (world.py)
+        own = self.world.rows(B)
+        micro_batches = -(-(own.stop - own.start) // (tc.micro_batch_size or B))      # per step, on this process
+        self.backend = make_backend(self.model, cfg, micro_batches=micro_batches, world=self.world)
         self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
                                   gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed)
         self.version = 0          # optimizer updates applied so far
@@ -107,13 +117,30 @@ class Trainer:
     # -- rollouts ----------------------------------------------------------------------------
     def make_batch(self, index: int, model: torch.nn.Module | None = None, version: int | None = None) -> Batch:
         """Batch `index`: its prompts (fixed by seed and index) sampled G times by the current policy
-        (or by `model` as `version`: the asynchronous producer's copy)."""
-        cfg, P = self.cfg, self.cfg.train.prompts_per_step
+        (or by `model` as `version`: the asynchronous producer's copy). With N workers the P prompts are
+        N shards of whole groups, shard s sampled with its own seed by the process holding it (world.py)."""
+        cfg, P, n = self.cfg, self.cfg.train.prompts_per_step, self.cfg.train.workers
         problems = [self.train_problems[(index * P + j) % len(self.train_problems)] for j in range(P)]
         model, version = (self.model, self.version) if model is None else (model, version)
+        if n == 1:
+            return self._sample(index, problems, batch_seed(cfg.seed, index), model, version)
+        start, per = time.perf_counter(), P // n
+        own = [_on_cpu(self._sample(index, problems[s * per:(s + 1) * per], shard_seed(cfg.seed, index, s), model,
+                                    version)) for s in self.world.shards(n)]
+        gathered = self.world.gather((own, time.perf_counter() - start))        # [(shards, seconds)] by rank
+        shards = [b for bs, _ in gathered for b in bs]
+        r = Rollout.concat([b.rollout for b in shards], self.tokenizer.pad_token_id)
+        r.seconds = max(seconds for _, seconds in gathered)                      # the slowest process
+        gaps = [b.engine_gap for b in shards if b.engine_gap is not None]
+        return Batch(index, problems, r.to(self.device), torch.cat([b.rewards for b in shards]).to(self.device),
+                     torch.arange(P).repeat_interleave(cfg.group_size).to(self.device), max(gaps) if gaps else None)
+
+    def _sample(self, index: int, problems: list[Problem], seed: int, model: torch.nn.Module, version: int) -> Batch:
+        """`problems` sampled G times each with `seed`, scored: one batch (or one shard of it)."""
+        cfg = self.cfg
         with self.engine.pinned(model, version) as engine:
             r = engine.generate([p.prompt for p in problems], n=cfg.group_size, temperature=cfg.train.temperature,
-                                max_new_tokens=cfg.train.max_new_tokens, seed=batch_seed(cfg.seed, index))
+                                max_new_tokens=cfg.train.max_new_tokens, seed=seed)
         gap = None
         if not engine.shares_weights:
             # An engine with its own copy of the weights (vLLM) generated with `model`'s: measure the gap between
@@ -136,44 +163,50 @@ class Trainer:
         adv = group_advantages(batch.rewards, batch.group_ids, tc.advantage)                 # (B,)
         mask = r.response_mask
         micro = tc.micro_batch_size or B
+        own = self.world.rows(B)              # the rows this process trains on (all B in one process)
         prox = batch.logp_proximal            # None with one update per batch: π_prox is π_θ (detached)
         context = None
-        if micro < B:                         # batch statistics once over the whole step batch
+        if micro < B or (own.stop - own.start < B and uses_batch_statistics(cfg.algorithm)):
+            # batch statistics once over the whole step batch
             context = prepare_context(cfg.algorithm, LossInputs(self.logp_now(r), r.logp_behavior, adv, mask,
                                                                 batch.group_ids, prox), eps=cfg.eps, **cfg.params)
         self.backend.zero_grad()
         totals = {"total_tokens": float(mask.sum()), "total_seqs": float(B)}
         loss_sum, parts, logps, entropies = 0.0, [], [], []
-        for i in range(0, B, micro):
-            rows = slice(i, i + micro)
+        for i in range(own.start, own.stop, micro):
+            rows = slice(i, min(i + micro, own.stop))
             logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size)
-            if not torch.isfinite(logp.detach()[mask[rows]]).all():
+            if self.world.any(not torch.isfinite(logp.detach()[mask[rows]]).all()):
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
                              None if prox is None else prox[rows])
             out = compute_loss(cfg.algorithm, inp, eps=cfg.eps, aggregation=tc.aggregation, max_tokens=tc.max_new_tokens,
                                context=None if context is None else context.rows(rows), **totals, **cfg.params)
             loss = out.loss + self._kl_penalty(r, rows, logp, totals)
-            if not torch.isfinite(loss):
+            if self.world.any(not torch.isfinite(loss)):
                 raise Diverged("loss is NaN/inf")
             self.backend.backward(loss)
             loss_sum += float(loss.detach())
-            parts.append(((min(i + micro, B) - i) / B, out.metrics))
+            parts.append(((rows.stop - i) / B, out.metrics))
             logps.append(logp.detach())
             entropies.append(entropy)
-        grad_norm = self.backend.step()
-        if not torch.isfinite(grad_norm):
+        grad_norm = self.backend.step()           # of the whole step's gradient (all-reduced across processes)
+        if self.world.any(not torch.isfinite(grad_norm)):
             raise Diverged("gradient norm is NaN/inf")
-        logp = torch.cat(logps)
-        return {"loss/value": loss_sum, "opt/grad_norm": float(grad_norm),
-                **combine_metrics(parts), **policy_metrics(logp, r.logp_behavior, mask, torch.cat(entropies))}
+        logp, entropy = self.world.cat(torch.cat(logps)), self.world.cat(torch.cat(entropies))   # (B, T)
+        parts = [part for rank_parts in self.world.gather(parts) for part in rank_parts]
+        return {"loss/value": self.world.sum(loss_sum), "opt/grad_norm": float(grad_norm),
+                **combine_metrics(parts), **policy_metrics(logp, r.logp_behavior, mask, entropy)}
 
     @torch.no_grad()
     def logp_now(self, r: Rollout) -> torch.Tensor:
-        """log π of the batch's tokens under the current parameters, (B, T), without grad."""
+        """log π of the batch's tokens under the current parameters, (B, T), without grad (each process
+        computes its rows)."""
         micro, B = self.cfg.train.micro_batch_size or r.response_ids.shape[0], r.response_ids.shape[0]
-        return torch.cat([token_logp(self.backend.model, r, slice(i, i + micro), self.cfg.train.temperature,
-                                     self.cfg.group_size)[0] for i in range(0, B, micro)])
+        own = self.world.rows(B)
+        return self.world.cat(torch.cat([token_logp(self.backend.model, r, slice(i, min(i + micro, own.stop)),
+                                                    self.cfg.train.temperature, self.cfg.group_size)[0]
+                                         for i in range(own.start, own.stop, micro)]))
 
     def _kl_penalty(self, r: Rollout, rows: slice, logp: torch.Tensor, totals: dict[str, float]) -> torch.Tensor:
         """β · KL(π_θ ‖ π_ref) per token with the k3 estimator, aggregated like the policy loss."""
@@ -239,31 +272,6 @@ class Trainer:
         self.kept = {"path": policy_dir.name, "kind": save, "step": step, "eval_acc": acc}
 
 
-def policy_metrics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
-    """Estimator-independent diagnostics of π_θ against π_b on the batch."""
-    lam = (logp - logp_behavior) * mask                                   # (B, T)
-    traj = lam.sum(1)                                                     # Λ_i
-    ess = torch.exp(2 * torch.logsumexp(traj, 0) - torch.logsumexp(2 * traj, 0)) / traj.numel()
-    m = mask.float()
-    return {"policy/entropy": float((entropy * m).sum() / m.sum()),
-            "policy/kl_behavior": float(((torch.exp(lam) - 1 - lam) * m).sum() / m.sum()),
-            "is/ratio_mean": float((torch.exp(lam.clamp(max=80)) * m).sum() / m.sum()),
-            "is/ratio_max": float(torch.exp(lam.masked_fill(~mask, -torch.inf).max().clamp(max=80))),
-            "is/ess_frac": float(ess)}
-
-
-def rollout_metrics(batch: Batch, version: int) -> dict[str, float]:
-    r = batch.rollout
-    staleness = (version - r.version).float()
-    rewards = batch.rewards.view(-1, len(batch.rewards) // len(batch.problems))
-    return {"train/reward_mean": float(batch.rewards.mean()),
-            "rollout/len_mean": float(r.response_mask.sum(1).float().mean()),
-            "rollout/zero_adv_frac": float((rewards.max(1).values == rewards.min(1).values).float().mean()),
-            "stale/mean": float(staleness.mean()), "stale/max": float(staleness.max()),
-            "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9),
-            **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap})}
-
-
 def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: bool = False) -> Outcome:
     """Run (or resume from its checkpoint) one trial. `start(resume_step, base, eval_set_sha256)` writes
     the trial's start records (trial.run_trial's lifecycle)."""
@@ -275,16 +283,14 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
         trainer.load(ckpt, identity)
     start(trainer.batches_done, trainer.base, trainer.eval_set_sha256)
     if trainer.batches_done == 0:
-        row = trainer.evaluate()
-        log.eval(0, row)
-        trainer.keep(log.dir / "policy", 0, row)
+        _evaluate(trainer, log, 0)
     if cfg.async_ is not None:
         trainer.start_async()
     try:
         outcome = _loop(trainer, log, ckpt, identity, progress)
     finally:
         trainer.source.close()
-    if outcome.status == "completed":
+    if outcome.status == "completed" and trainer.world.is_main:
         trainer.backend.remove_checkpoint(ckpt)
     return replace(outcome, extra={"policy": trainer.kept}) if trainer.kept else outcome
 
@@ -292,7 +298,7 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
 def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], progress: bool) -> Outcome:
     cfg = trainer.cfg
     steps, k = cfg.train.steps, cfg.train.updates_per_batch
-    bar = _progress(steps, trainer.batches_done, progress)
+    bar = _progress(steps, trainer.batches_done, progress and trainer.world.is_main)
     for s in range(trainer.batches_done, steps):
         start = time.perf_counter()
         rows = []
@@ -315,9 +321,7 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
         trainer.batches_done = s + 1
         log.metrics(s + 1, row)
         if (s + 1) % cfg.eval.every_steps == 0 or s + 1 == steps:
-            evaluation = trainer.evaluate()
-            log.eval(s + 1, evaluation)
-            trainer.keep(log.dir / "policy", s + 1, evaluation)
+            _evaluate(trainer, log, s + 1)
         if cfg.train.checkpoint_every and (s + 1) % cfg.train.checkpoint_every == 0 and s + 1 < steps:
             trainer.save(ckpt, identity)
         if bar is not None:
@@ -328,25 +332,16 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
     return Outcome("completed", steps)
 
 
-_MAX, _MIN = ("_max", "/max"), ("_min", "/min")
-_EXTREMES = _MAX + _MIN
+def _evaluate(trainer: Trainer, log: RunLog, step: int) -> None:
+    """The main process evaluates, logs and keeps the policy (every process holds the same weights)."""
+    if trainer.world.is_main:
+        row = trainer.evaluate()
+        log.eval(step, row)
+        trainer.keep(log.dir / "policy", step, row)
 
 
-def combine_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
-    """Metrics of several micro-batches or updates as one row: `…_max`/`…/max` keys take the max,
-    `…_min`/`…/min` the min, every other key the mean weighted by each part's share."""
-    out: dict[str, float] = {}
-    for share, metrics in parts:
-        for key, value in metrics.items():
-            if key not in out:
-                out[key] = value if key.endswith(_EXTREMES) else share * value
-            elif key.endswith(_MAX):
-                out[key] = max(out[key], value)
-            elif key.endswith(_MIN):
-                out[key] = min(out[key], value)
-            else:
-                out[key] += share * value
-    return out
+def _on_cpu(b: Batch) -> Batch:
+    return Batch(b.index, b.problems, b.rollout.to(torch.device("cpu")), b.rewards.cpu(), b.group_ids.cpu(), b.engine_gap)
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

@@ -1,5 +1,6 @@
-"""One trial, wherever it runs (in-process for `stalebench train`, in a Ray worker for suites), and the
-rule that decides whether existing results still belong to a trial.
+"""One trial, wherever it runs (in-process for `stalebench train`, in a Ray worker for suites, or across
+the Ray Train workers of a multi-worker trial: run_trial_worker), and the rule that decides whether
+existing results still belong to a trial.
 
 The lifecycle is the same for LLM and estimator-lab trials: skip a finished trial; write config, params
 and provenance at the start (and at a resume, from the checkpoint's step); run; write the final status.
@@ -95,6 +96,34 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
 def mirror_params(trial: Trial) -> dict[str, Any]:
     """What a trial's mirror runs record as their params: the flat resolved config and the trial id."""
     return {**flatten(trial.config), "trial_id": trial.trial_id}
+
+
+def run_trial_worker(trial: Trial, suite_dir: Path, rank: int, mirror: Target | None = None) -> None:
+    """One process of a multi-worker trial (a Ray Train worker; harness/world.py). Rank 0 runs the trial's
+    lifecycle (run_trial: its files, status, failure record and mirror runs); the other ranks train beside it
+    and write nothing but their part of each checkpoint."""
+    if rank == 0:
+        run_trial(trial, suite_dir, mirror)
+        return
+    trial_dir = Path(suite_dir) / trial.trial_id
+    if trialdir.read_status(trial_dir).get("status") in trialdir.FINAL:    # rank 0 skips it too
+        return
+    from .trainer import train
+    train(trial.config, NullRunLog(trial_dir), lambda *args: None)
+
+
+class NullRunLog:
+    """The log of a process that trains beside the one writing the trial's files (ranks > 0 of a multi-worker
+    trial): it knows the trial directory (each worker writes its part of a checkpoint there), writes nothing."""
+
+    def __init__(self, trial_dir: Path):
+        self.dir = Path(trial_dir)
+
+    def metrics(self, step: int, row: dict[str, Any]) -> None:
+        pass
+
+    def eval(self, step: int, row: dict[str, Any]) -> None:
+        pass
 
 
 class TrialFailed(RuntimeError):

@@ -228,6 +228,14 @@ def cases() -> list[Case]:
              setup=results_with(status='{"status": "completed", "step": 4}', params=json.dumps({"x": HOSTILE}),
                                 metrics='{"step": 1, "loss/value": 1e999}\n[1]\n{"step": "x"}\n' + HOSTILE),
              expect="shown"),
+        # ---- multi-worker trials (docs/workers.md)
+        check(base(train__workers=3), "workers: 3 do not divide prompts_per_step 4"),
+        check(base(train__workers=0), "workers: 0"),
+        check(base(train__workers=2, model__backend="deepspeed", model__zero_stage=3), "workers: 2 with ZeRO-3"),
+        check(suite(resources={"cpu": 1, "workers": 2}), "workers: under resources"),
+        Case("workers: 2 of cpu 1000 (Ray starts)", ["run", "{d}/s.yaml", "--results", "{d}/r"],
+             {"s.yaml": dump({**GOOD, "base": {**BASE, "train": {**BASE["train"], "workers": 2}},
+                              "resources": {"cpu": 1000}})}),
     ]
     return c
 

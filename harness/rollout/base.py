@@ -31,6 +31,25 @@ class Rollout:
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
         return Rollout(**moved)
 
+    @staticmethod
+    def concat(parts: list["Rollout"], pad_token_id: int) -> "Rollout":
+        """The rows of `parts` in order, prompts left-padded and responses right-padded to the widest part
+        (padding is masked out, so every row's log-probs are unchanged); `seconds` is the longest part's."""
+        P = max(r.prompt_ids.shape[1] for r in parts)
+        T = max(r.response_ids.shape[1] for r in parts)
+
+        def pad(t: torch.Tensor, width: int, value: float | bool, left: bool) -> torch.Tensor:
+            fill = torch.full((t.shape[0], width - t.shape[1]), value, dtype=t.dtype, device=t.device)
+            return torch.cat([fill, t] if left else [t, fill], dim=1)
+
+        return Rollout(torch.cat([pad(r.prompt_ids, P, pad_token_id, True) for r in parts]),
+                       torch.cat([pad(r.prompt_mask, P, 0, True) for r in parts]),
+                       torch.cat([pad(r.response_ids, T, pad_token_id, False) for r in parts]),
+                       torch.cat([pad(r.response_mask, T, False, False) for r in parts]),
+                       torch.cat([pad(r.logp_behavior, T, 0.0, False) for r in parts]),
+                       torch.cat([r.version for r in parts]), [t for r in parts for t in r.texts],
+                       max(r.seconds for r in parts))
+
     @property
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())

@@ -59,7 +59,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     uri = tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
     store = prepare_store(uri, suite.name)            # a new SQLite store's migrations overlap Ray's start
     with ray_session(address, say):
-        check_fits(suite.resources)                   # before a parent run or a trial is touched
+        check_fits(suite.resources, max(t.config.train.workers for t in pending))   # before anything is touched
         store.join()
         target = open_mlflow(suite, uri, Path(results_root), "suite", len(pending))
         for tid in superseded:

@@ -1,6 +1,7 @@
 """Ray plumbing of the suite runner: a quiet Ray session (local or a cluster, probed first), the Tune
 experiment over a suite's trials (FIFO, retries, resources checked against the cluster), the trainable
-that runs one trial in a worker, and the driver-side callback that reports each trial's end.
+that runs one trial in a worker (or drives its Ray Train workers: ray_train.py), and the driver-side
+callback that reports each trial's end.
 
 With `runner/search.py`, the only place that imports ray (tests/test_runner.py checks it).
 """
@@ -21,11 +22,12 @@ from ray import tune
 
 from ..config import ConfigError
 from ..status import last_eval, read_status
-from ..suite import Suite, Trial
+from ..suite import Resources, Suite, Trial
 from ..tracking import RunLog, Target
 from ..trial import TrialFailed, mirror_params, run_trial
 from ..trialdir import read_evals
 from .console import Say
+from .ray_train import alive_nodes, check_workers_fit, concurrent_trials, run_workers, trial_resources
 
 STORAGE_ENV = "STALEBENCH_STORAGE_PATH"    # Tune's storage_path (a shared directory or URI on a cluster)
 
@@ -109,9 +111,12 @@ def _probe_address(address: str) -> None:
                           f"({exc.strerror or type(exc).__name__}); is the Ray head running (`ray start --head`)?") from None
 
 
-def check_fits(res) -> None:
-    """Fail at once when one trial's resources fit on no Ray node: Tune would wait for them forever."""
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+def check_fits(res: Resources, workers: int = 1) -> None:
+    """Fail at once when one trial's resources fit on no Ray node (or its `workers` Train workers on no set of
+    nodes): Tune, or Train, would wait for them forever."""
+    nodes = alive_nodes()
+    if workers > 1:
+        return check_workers_fit(res, workers, nodes)
     if any(n.get("CPU", 0) >= res.cpu and n.get("GPU", 0) >= res.gpu for n in nodes):
         return
     cpu, gpu = max((n.get("CPU", 0) for n in nodes), default=0), max((n.get("GPU", 0) for n in nodes), default=0)
@@ -158,12 +163,13 @@ def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say:
     res = suite.resources
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, trials={t.trial_id: t for t in trials}, suite_dir=str(suite_dir),
-                             mirror=target, cwd=os.getcwd()),
-        {"cpu": res.cpu, "gpu": res.gpu})
+                             mirror=target, cwd=os.getcwd(), res=res),
+        trial_resources(res, trials))
+    concurrent = concurrent_trials(res, max(t.config.train.workers for t in trials), alive_nodes())
     tune.Tuner(
         trainable,
         param_space={"trial_id": tune.grid_search([t.trial_id for t in trials])},
-        tune_config=tune.TuneConfig(scheduler=FIFOScheduler(), max_concurrent_trials=res.max_concurrent,
+        tune_config=tune.TuneConfig(scheduler=FIFOScheduler(), max_concurrent_trials=concurrent,
                                     reuse_actors=True,     # a worker keeps torch & co. imported between trials
                                     trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
         run_config=tune.RunConfig(name=f"{suite.name}-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -177,16 +183,18 @@ def _trial_name(trial) -> str:
     return str(trial.config["trial_id"])
 
 
-def _trainable(config: dict, *, trials: dict[str, Trial], suite_dir: str, mirror: Target, cwd: str) -> None:
+def _trainable(config: dict, *, trials: dict[str, Trial], suite_dir: str, mirror: Target, cwd: str,
+               res: Resources) -> None:
     """In a Ray worker: one trial via run_trial; reports its final status and evaluation to Tune (the
     per-step metrics go to the trial's files and MLflow)."""
     trial = trials[config["trial_id"]]
-    status = run_in_worker(trial, Path(suite_dir), mirror, cwd)
+    status = run_in_worker(trial, Path(suite_dir), mirror, cwd, res)
     evals = {k.replace("/", "_"): v for k, v in _last_row(Path(suite_dir) / trial.trial_id).items() if k != "step"}
     tune.report({"status": status.get("status", "unknown"), "step": status.get("step", 0), **evals})
 
 
-def run_in_worker(trial: Trial, suite_dir: Path, mirror: Target, cwd: str) -> dict[str, Any]:
+def run_in_worker(trial: Trial, suite_dir: Path, mirror: Target, cwd: str, res: Resources) -> dict[str, Any]:
+    """One trial in this Tune trial's process, or on its train.workers Ray Train workers (ray_train.py)."""
     if os.path.isdir(cwd):             # relative paths in a config mean what they meant to the driver
         os.chdir(cwd)
     import torch
@@ -198,6 +206,8 @@ def run_in_worker(trial: Trial, suite_dir: Path, mirror: Target, cwd: str) -> di
     with open(trial_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            if trial.config.train.workers > 1:
+                return run_workers(trial, suite_dir, mirror, cwd, res, storage_path(suite_dir))
             return run_trial(trial, suite_dir, mirror, progress=False)
         except TrialFailed as exc:     # already recorded; re-raised short, so that Tune retries it
             raise TrialFailed(str(exc)) from None

@@ -22,6 +22,7 @@ from ..trialdir import suite_results_dir
 from .console import Say, printer
 from .grid import check_mirrors, mirrors, open_mlflow, tracking_uri, verify_bases, write_suite_file
 from .ray_tune import check_fits, error_reason, ray_session, run_in_worker, storage_path
+from .ray_train import alive_nodes, concurrent_trials, trial_resources
 
 @dataclass(frozen=True)
 class TuneSpec:
@@ -97,7 +98,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     uri = tracking_uri(Path(results_root))
     results: dict[str, list[dict[str, Any]]] = {}
     with ray_session(address, say):
-        check_fits(suite.resources)
+        check_fits(suite.resources, _tune_trial(suite, spec, algorithms[0], fixed, spec.low).config.train.workers)
         target = open_mlflow(suite, uri, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
         (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
         (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
@@ -127,16 +128,19 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)      # not 'A new study created in memory ...'
     res = suite.resources
+    example = _tune_trial(suite, spec, algorithm, fixed, spec.low)     # every value's trial has its workers
+    workers = example.config.train.workers
     cluster = ray.cluster_resources()
     fits = int(cluster.get("CPU", 1) // res.cpu) if not res.gpu else int(cluster.get("GPU", 0) // res.gpu)
-    concurrent = max(1, min(res.max_concurrent or fits, spec.trials_per_algorithm))
+    limit = concurrent_trials(res, workers, alive_nodes()) if workers > 1 else res.max_concurrent
+    concurrent = max(1, min(limit or fits, spec.trials_per_algorithm))
     # TPE's default 10 random start-up trials would make a budget of 8 a random search.
     sampler = optuna.samplers.TPESampler(seed=spec.sampler_seed, n_startup_trials=max(2, spec.trials_per_algorithm // 2))
     searcher = ConcurrencyLimiter(OptunaSearch(metric="objective", mode=spec.mode, sampler=sampler), concurrent)
     trainable = tune.with_resources(
         tune.with_parameters(_tune_trainable, suite=suite, spec=spec, algorithm=algorithm, fixed=fixed,
                              tune_dir=str(suite_dir / "tune"), mirror=target, cwd=os.getcwd()),
-        {"cpu": res.cpu, "gpu": res.gpu})
+        trial_resources(res, [example]))
     grid = tune.Tuner(
         trainable, param_space={"value": tune.loguniform(spec.low, spec.high)},
         tune_config=tune.TuneConfig(search_alg=searcher, num_samples=spec.trials_per_algorithm, reuse_actors=True),
@@ -161,7 +165,7 @@ def _tune_trainable(config: dict, *, suite: Suite, spec: TuneSpec, algorithm: st
                     tune_dir: str, mirror: Target, cwd: str) -> None:
     """In a Ray worker: one tuning trial; reports the objective (a diverged run gets the worst value)."""
     trial = _tune_trial(suite, spec, algorithm, fixed, float(config["value"]))
-    status = run_in_worker(trial, Path(tune_dir), mirror, cwd)
+    status = run_in_worker(trial, Path(tune_dir), mirror, cwd, suite.resources)
     value = last_eval(Path(tune_dir) / trial.trial_id, spec.metric)
     if status.get("status") != "completed" or value is None or not math.isfinite(value):
         value = -math.inf if spec.mode == "max" else math.inf
