@@ -20,7 +20,7 @@ parent prints a results table and exits non-zero if any check failed:
   train     a few steps of the real trainer with `model.engine: vllm` (delay 2);
   async     the same with the asynchronous producer (`async.max_staleness: 1`) sharing the engine.
 
-The model defaults to `harness.models.model_path(ModelConfig(), TaskConfig())` (the CPU default).
+The model defaults to `harness.models.model_path(ModelConfig())` (the CPU default).
 """
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ PHASES = ("sampling", "sync", "speed", "train", "async")
 
 
 def default_model() -> str:
-    from harness.config import ModelConfig, TaskConfig
+    from harness.config import ModelConfig
     from harness.models import model_path
-    return str(model_path(ModelConfig(), TaskConfig()))
+    return str(model_path(ModelConfig()))
 
 
 def prompts(count: int) -> list[str]:
@@ -130,8 +130,9 @@ def engine_phases(model_dir: str) -> dict:
 
 def train_phase(model_dir: str, asynchronous: bool) -> dict:
     from harness.config import build_run_config
-    from harness.tracking import RunLog, read_jsonl
+    from harness.tracking import RunLog
     from harness.trainer import train
+    from harness.trialdir import read_jsonl
 
     steps = 6
     base = {"algorithm": "grpo", "group_size": 8, "seed": 0,
@@ -143,7 +144,7 @@ def train_phase(model_dir: str, asynchronous: bool) -> dict:
     base.update({"async": {"max_staleness": 1}} if asynchronous else {"delay": 2})
     root = Path(tempfile.mkdtemp(prefix="stalebench-vllm-"))
     start = time.perf_counter()
-    status = train(build_run_config(base), RunLog(root / "trial"), {"check": "vllm-cpu"})
+    status = train(build_run_config(base), RunLog(root / "trial"), lambda *args: None).status
     rows = read_jsonl(root / "trial" / "metrics.jsonl")
     evals = read_jsonl(root / "trial" / "eval.jsonl")
     gap_max = max(r["is/engine_gap_max"] for r in rows)
