@@ -13,7 +13,8 @@ from pathlib import Path
 from . import trialdir
 from .suite import Suite, expand, select_trials, trial_count
 
-TINY_STEP_S = 0.12          # the CPU default, 16 prompts x 8 responses, one thread (benchmarks/README.md)
+TINY_STEP_S = 0.084         # the CPU default, 16 prompts x 8 responses, one thread (benchmarks/README.md)
+TINY_RESPONSES = 16 * 8
 
 
 def dry_run(suite: Suite, only: list[str], results_root: Path) -> str:
@@ -54,5 +55,8 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     if measured:
         return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
     if all(t.config.model.kind == "tiny" for t in trials):
-        return TINY_STEP_S, "measured default of the tiny CPU model"
+        responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
+        return (TINY_STEP_S * responses / TINY_RESPONSES,
+                f"the tiny CPU model's measured {TINY_STEP_S} s per {TINY_RESPONSES}-response step, scaled to this "
+                f"suite's {responses:.0f} responses per step")
     return None, ""
