@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,18 @@ def wandb_records(path: Path) -> list:
     return out
 
 
+def finished_records(path: Path, timeout_s: float = 60.0) -> list:
+    """The run file's records once W&B's service has written its exit record: `finish()` returns before
+    the service (a separate process) has flushed the file, so a reader right after it may see only the
+    header (seen here about one run in four)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = wandb_records(path)
+        if records and records[-1].WhichOneof("record_type") == "exit" or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
 def _values(items) -> dict[str, object]:
     return {"/".join([i.key] if i.key else list(i.nested_key)): json.loads(i.value_json) for i in items}
 
@@ -185,7 +198,7 @@ def test_a_trial_mirrored_to_mlflow_and_wandb_offline(tmp_path, monkeypatch):
 
     (run_dir,) = (tmp_path / "results" / "wandb").glob("offline-run-*")
     (run_file,) = run_dir.glob("run-*.wandb")
-    records = wandb_records(run_file)
+    records = finished_records(run_file)
     kinds = [r.WhichOneof("record_type") for r in records]
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     history = [_values(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
