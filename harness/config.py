@@ -176,7 +176,7 @@ class RunConfig:
 
     def _validate_workers(self) -> None:
         """What several data-parallel workers need (docs/workers.md); each refusal is one line."""
-        n, m = self.train.workers, self.model
+        m = self.model
         refusals = [
             (m.zero_stage > 2, "ZeRO-3 partitions the parameters, which each worker's own rollouts and rank 0's "
                                "evaluation cannot use; set model.zero_stage 0, 1 or 2"),
