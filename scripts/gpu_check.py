@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import torch
-from gpu_trainer_check import qwen3_shaped, step_means           # scripts/ is on sys.path when run as a script
+from gpu_trainer_check import gpu_run_config, qwen3_shaped, step_means           # scripts/ is on sys.path when run as a script
 
-from harness.config import build_run_config
 from harness.suite import Trial
 from harness.trial import run_trial
 from harness.trialdir import read_jsonl
@@ -30,15 +29,7 @@ def main(steps: int = 8) -> None:
     assert torch.cuda.is_available(), "gpu_check needs a CUDA GPU"
     root = Path(tempfile.mkdtemp(prefix="stalebench-gpu-"))
     model_dir = qwen3_shaped(root)
-    cfg = build_run_config({
-        "algorithm": "gmc_grpo", "delay": 2, "group_size": 8,
-        "model": {"kind": "path", "path": str(model_dir), "engine": "vllm", "dtype": "bfloat16",
-                  "gpu_memory_utilization": 0.35},
-        "task": {"name": "addrev", "eval_size": 64},
-        "train": {"steps": steps, "prompts_per_step": 32, "lr": 1e-6, "max_new_tokens": 256, "micro_batch_size": 64,
-                  "checkpoint_every": 0, "threads": 8},
-        "eval": {"every_steps": steps},
-    })
+    cfg = gpu_run_config(model_dir, steps, 256, engine="vllm", gpu_memory_utilization=0.35)
     torch.cuda.reset_peak_memory_stats()
     start = time.time()
     status = run_trial(Trial("gpu-vllm", {"check": "gpu"}, cfg), root)["status"]

@@ -44,16 +44,20 @@ def step_means(rows: list[dict]) -> dict:
             "rollout_tokens_per_s": round(mean("perf/tokens_per_s"))}
 
 
-def check(model_dir: Path, root: Path, backend: str, steps: int) -> dict:
-    cfg = build_run_config({
+def gpu_run_config(model_dir: Path, steps: int, max_new_tokens: int, **model):
+    """The GPU checks' trial: gmc_grpo at delay 2 on the Qwen3-shaped model in bfloat16, 32 prompts × 8."""
+    return build_run_config({
         "algorithm": "gmc_grpo", "delay": 2, "group_size": 8,
-        "model": {"kind": "path", "path": str(model_dir), "dtype": "bfloat16", "backend": backend,
-                  "zero_stage": 2 if backend == "deepspeed" else 0},
+        "model": {"kind": "path", "path": str(model_dir), "dtype": "bfloat16", **model},
         "task": {"name": "addrev", "eval_size": 64},
-        "train": {"steps": steps, "prompts_per_step": 32, "lr": 1e-6, "max_new_tokens": 128, "micro_batch_size": 64,
-                  "checkpoint_every": 0, "threads": 8},
+        "train": {"steps": steps, "prompts_per_step": 32, "lr": 1e-6, "max_new_tokens": max_new_tokens,
+                  "micro_batch_size": 64, "checkpoint_every": 0, "threads": 8},
         "eval": {"every_steps": steps},
     })
+
+
+def check(model_dir: Path, root: Path, backend: str, steps: int) -> dict:
+    cfg = gpu_run_config(model_dir, steps, 128, backend=backend, zero_stage=2 if backend == "deepspeed" else 0)
     torch.cuda.reset_peak_memory_stats()
     start = time.time()
     status = run_trial(Trial(f"gpu-{backend}", {"check": backend}, cfg), root)

@@ -13,7 +13,9 @@ Delay axes are log2 of (1 + delay), labelled with the delays, so delay 0 shows a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -209,25 +211,35 @@ def diagnostics_vs_step(d: PlotData, out_dir: Path) -> FigureOut | None:
     if not metrics:
         return None
 
-    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
-        ax = plt.gca()
-        for algo, g in data.groupby("algorithm"):
-            st = d.styles[algo]
-            ax.plot(g["step"], g["value"], color=st.colour, lw=1.2, marker=st.marker, ms=3, markevery=0.25)
-        if data["metric"].iloc[0].endswith("ratio_max") and (data["value"] > 0).all():
-            _log_y(ax)
-
-    g = wrapped_grid(long, "metric", metrics, 3, sharey=False)
-    g.map_dataframe(draw)
-    g.set_titles(col_template="{col_name}")
-    g.set_axis_labels("step", "")
-    rows = shared_legend(g, d, [n for n in d.hue_order if n in set(long["algorithm"])])
-    png, svg = save(g, out_dir, "diagnostics_vs_step", rows)
+    png, svg = _metric_panels(long, metrics, d, out_dir, "diagnostics_vs_step", "step",
+                              lambda g: g["step"], {"ms": 3, "markevery": 0.25})
     return FigureOut(png, "Estimator diagnostics vs step",
                      f"Estimator diagnostics logged in metrics.jsonl ({', '.join(metrics)}) vs step at the "
                      f"largest delay ({show(top)}), mean over seeds and slices in bins of steps; an "
                      f"estimator that does not log a metric has no line in its panel; is/ratio_max on a "
                      f"log scale.", svg)
+
+
+def _metric_panels(long: pd.DataFrame, metrics: list[str], d: PlotData, out_dir: Path, stem: str, xlabel: str,
+                   x: Callable[[pd.DataFrame], Any], marker: dict[str, Any],
+                   decorate: Callable[[plt.Axes], None] | None = None) -> tuple[str, str]:
+    """One panel per diagnostic of ``long`` (algorithm, metric, value, ...), one line per estimator at
+    ``x(rows)``; is/ratio_max on a log scale; returns the saved (png, svg)."""
+    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
+        ax = plt.gca()
+        for algo, g in data.groupby("algorithm"):
+            st = d.styles[algo]
+            ax.plot(x(g), g["value"], color=st.colour, lw=1.2, marker=st.marker, **marker)
+        if data["metric"].iloc[0].endswith("ratio_max") and (data["value"] > 0).all():
+            _log_y(ax)
+        if decorate is not None:
+            decorate(ax)
+
+    g = wrapped_grid(long, "metric", metrics, 3, sharey=False)
+    g.map_dataframe(draw)
+    g.set_titles(col_template="{col_name}")
+    g.set_axis_labels(xlabel, "")
+    return save(g, out_dir, stem, shared_legend(g, d, [n for n in d.hue_order if n in set(long["algorithm"])]))
 
 
 def diagnostics_vs_delay(d: PlotData, out_dir: Path) -> FigureOut | None:
@@ -238,21 +250,10 @@ def diagnostics_vs_delay(d: PlotData, out_dir: Path) -> FigureOut | None:
     agg = d.done.groupby(["algorithm", "delay"])[metrics].mean().reset_index()
     long = agg.melt(["algorithm", "delay"], var_name="metric", value_name="value").dropna(subset=["value"])
 
-    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
-        ax = plt.gca()
-        for algo, g in data.sort_values("delay").groupby("algorithm"):
-            st = d.styles[algo]
-            ax.plot(1 + g["delay"], g["value"], color=st.colour, lw=1.2, marker=st.marker, ms=4)
-        if data["metric"].iloc[0].endswith("ratio_max") and (data["value"] > 0).all():
-            _log_y(ax)
-        log2_delay_axis(ax, d.delays)
-
-    g = wrapped_grid(long, "metric", metrics, 3, sharey=False)
-    g.map_dataframe(draw)
-    g.set_titles(col_template="{col_name}")
-    g.set_axis_labels("delay (log2 scale)", "")
-    rows = shared_legend(g, d, [n for n in d.hue_order if n in set(long["algorithm"])])
-    png, svg = save(g, out_dir, "diagnostics_vs_delay", rows)
+    long = long.sort_values("delay")
+    png, svg = _metric_panels(long, metrics, d, out_dir, "diagnostics_vs_delay", "delay (log2 scale)",
+                              lambda g: 1 + g["delay"], {"ms": 4},
+                              decorate=lambda ax: log2_delay_axis(ax, d.delays))
     return FigureOut(png, "Estimator diagnostics vs delay",
                      "Per trial, the mean of each diagnostic over the steps after the warm-up (step > delay); "
                      "then the mean over seeds and slices, vs configured delay on a log2(1 + delay) axis.", svg)
