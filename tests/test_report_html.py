@@ -13,6 +13,7 @@ import yaml
 
 from harness.report import build_report, build_site
 from harness.report import html as report_html
+from harness.report import parallel
 from harness.report.synthetic import write_jsonl, write_suite, write_trial
 
 HOSTILE = "<script>alert(1)</script>"
@@ -69,27 +70,29 @@ def test_files_exist(built):
     assert site.is_file() and site.parent == out.parent
 
 
-def test_figures_drawn_in_worker_processes_equal_those_drawn_in_order(tmp_path, monkeypatch):
-    """build_report draws its figures in forked workers when it can (a fresh process: no other thread);
-    the files must not depend on it."""
+def test_report_built_in_worker_processes_equals_one_built_in_order(tmp_path, monkeypatch):
+    """build_report reads many trials and draws its figures in forked workers when it can (a fresh
+    process: no other thread); the report must not depend on it."""
     if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("one CPU: build_report never draws in worker processes here")
+        pytest.skip("one CPU: build_report never uses worker processes here")
     suite = make_results(tmp_path / "results")
-    code = ("import sys; from pathlib import Path; from harness.report import html; pools = []; "
-            "real = html.ProcessPoolExecutor; "
-            "html.ProcessPoolExecutor = lambda *a, **k: pools.append(1) or real(*a, **k); "
+    code = ("import sys; from pathlib import Path; from harness.report import html, load, parallel; pools = []; "
+            "real = parallel.ProcessPoolExecutor; load.PARALLEL_TRIALS = 1; "
+            "parallel.ProcessPoolExecutor = lambda *a, **k: pools.append(1) or real(*a, **k); "
             "html.build_report(Path(sys.argv[1]), Path(sys.argv[2])); print(len(pools))")
     done = subprocess.run([sys.executable, "-c", code, str(suite), str(tmp_path / "parallel")], capture_output=True,
                           text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["1"]                 # the figures were drawn in worker processes
-    monkeypatch.setattr(report_html.os, "sched_getaffinity", lambda pid: {0})
+    assert done.stdout.split() == ["2"]                 # trials read, then figures drawn, in worker processes
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: {0})
     in_order = build_report(suite, tmp_path / "in-order").parent
-    parallel = tmp_path / "parallel"
-    figures = [json.loads((d / "results.json").read_text())["figures"] for d in (parallel, in_order)]
-    assert figures[0] == figures[1] and len(figures[0]) >= 6
-    for f in figures[0]:
-        assert (parallel / f["file"]).read_bytes() == (in_order / f["file"]).read_bytes(), f["file"]
+    parallel_dir = tmp_path / "parallel"
+    bundles = [json.loads((d / "results.json").read_text()) for d in (parallel_dir, in_order)]
+    for b in bundles:
+        del b["rendered"]                               # when and where it was rendered
+    assert bundles[0] == bundles[1] and len(bundles[0]["figures"]) >= 6 and len(bundles[0]["trials"]) > 10
+    for name in ("leaderboard.csv", "cells.csv", "trials.csv", *(f["file"] for f in bundles[0]["figures"])):
+        assert (parallel_dir / name).read_bytes() == (in_order / name).read_bytes(), name
 
 
 def test_every_trial_is_listed_with_its_status(built):

@@ -27,7 +27,7 @@ import seaborn as sns
 from harness.report import collapse as col
 from harness.report import stats
 from harness.report.load import ACC_KEY
-from harness.report.plotting import (PANEL_IN, WRAP, FigureOut, PlotData, estimator_style, facet_grid,  # noqa: F401
+from harness.report.plotting import (PANEL_IN, WRAP, FigureOut, PlotData, autoscaled, estimator_style, facet_grid,  # noqa: F401
                                      facet_titles, log2_delay_axis, low_note, save, seed_range, shared_legend,
                                      wrapped_grid)
 from harness.report.render import show
@@ -49,7 +49,7 @@ def learning_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
             ax.plot(g["step"], g["mean"], color=st.colour, lw=1.3, marker=st.marker, ms=3, markevery=0.2)
             ax.fill_between(g["step"], g["min"], g["max"], color=st.colour, alpha=0.15, lw=0)
 
-    g = facet_grid(agg, d, facet_delay=True, ylim=(0, 1))
+    g = facet_grid(agg, d, facet_delay=True, ylim=(0, 1), xlim=autoscaled(agg["step"]))
     g.map_dataframe(draw)
     facet_titles(g, facet_delay=True)
     g.set_axis_labels("step", "held-out accuracy")

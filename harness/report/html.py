@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
-import os
 import re
-import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,6 +27,7 @@ from harness import trialdir
 from harness.report import figures as fig
 from harness.report import paper, stats, tables
 from harness.report.load import SuiteResults, load_suite
+from harness.report.parallel import fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
@@ -121,12 +118,16 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
-    figures = _draw_figures([  # in page order
-        partial(fig.accuracy_vs_delay, a.cells, plot, out_dir), partial(fig.learning_curves, plot, out_dir),
-        partial(fig.collapse_heatmap, a.cells, plot, out_dir), partial(fig.diagnostics_vs_step, plot, out_dir),
-        partial(fig.diagnostics_vs_delay, plot, out_dir), partial(fig.heatmap, "eps", plot, out_dir),
-        partial(fig.heatmap, "group_size", plot, out_dir), partial(fig.survival_curves, plot, out_dir),
-        partial(fig.staleness, a.trials, res.metrics, out_dir)])
+    figures = _draw_figures({  # in page order
+        "accuracy": partial(fig.accuracy_vs_delay, a.cells, plot, out_dir),
+        "learning": partial(fig.learning_curves, plot, out_dir),
+        "collapse": partial(fig.collapse_heatmap, a.cells, plot, out_dir),
+        "diagnostics": partial(fig.diagnostics_vs_step, plot, out_dir),
+        "diagnostics_delay": partial(fig.diagnostics_vs_delay, plot, out_dir),
+        "eps": partial(fig.heatmap, "eps", plot, out_dir),
+        "group_size": partial(fig.heatmap, "group_size", plot, out_dir),
+        "survival": partial(fig.survival_curves, plot, out_dir),
+        "staleness": partial(fig.staleness, a.trials, res.metrics, out_dir)})
     extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
@@ -161,30 +162,16 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
     return out_dir / "index.html"
 
 
-_JOBS: list[Callable[[], fig.FigureOut | None]] = []   # the figures being drawn, inherited by forked workers
+# The facet grids (one panel per delay and slice) take longest: drawn first, so the workers finish together.
+SLOW_FIGURES = ("learning", "survival", "diagnostics")
 
 
-def _draw_job(i: int) -> fig.FigureOut | None:
-    return _JOBS[i]()
-
-
-def _draw_figures(jobs: list[Callable[[], fig.FigureOut | None]]) -> list[fig.FigureOut]:
-    """Draw the figures, which are independent and CPU-bound in matplotlib: in forked worker processes,
-    one per core, when this process runs no other thread (a fork copies only the calling thread, and the
-    workers inherit the data, so only the small results travel back); else one after another. The files
-    are the same either way (tests/test_report_html.py)."""
-    global _JOBS
-    workers = min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-    if workers < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
-        made = [job() for job in jobs]
-    else:
-        _JOBS = jobs
-        try:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                made = list(pool.map(_draw_job, range(len(jobs))))
-        finally:
-            _JOBS = []
-    return [f for f in made if f is not None]
+def _draw_figures(jobs: dict[str, Callable[[], fig.FigureOut | None]]) -> list[fig.FigureOut]:
+    """Draw the figures (independent and CPU-bound in matplotlib) with ``fork_map``, the slow ones first;
+    return those drawn, in page order."""
+    names = sorted(jobs, key=lambda n: n not in SLOW_FIGURES)
+    made = dict(zip(names, fork_map([jobs[n] for n in names])))
+    return [made[n] for n in jobs if made[n] is not None]
 
 
 def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.FigureOut],

@@ -24,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,12 @@ import yaml
 
 from harness import trialdir
 from harness.report.collapse import CollapseRules
+from harness.report.parallel import fork_map
 
 TRIAL_FILES = trialdir.RECORD
 METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses
 DIAGNOSTIC_KEYS = ("is/ess_frac", "is/ratio_max", "policy/kl_behavior")  # plus every */...frac key logged
+PARALLEL_TRIALS = 100  # from this many trials on, they are read in forked workers (parallel.fork_map)
 LOSS_KEY = "loss/value"
 ACC_KEY = "eval/acc"
 LIST_PARAMS = ("ignored", "stands_for")  # reserved list-valued params.json keys (not grid axes)
@@ -114,12 +118,14 @@ def _column(rows: list[dict[str, Any]], key: str) -> np.ndarray:
 
 
 def _columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """``_column`` of each key; in one pass when every row has the same keys in the same order (a file
-    written by one trainer), which is what makes a report of thousands of trials fast."""
+    """``_column`` of each key; in one pass when every row has the same keys (a file written by one
+    trainer), which is what makes a report of thousands of trials fast."""
     names = tuple(rows[0]) if rows else ()
-    if all(tuple(r) == names for r in rows):
+    first = rows[0].keys() if rows else {}.keys()
+    if names and all(r.keys() == first for r in rows):
+        values = operator.itemgetter(*names) if len(names) > 1 else (lambda r: (r[names[0]],))
         try:
-            matrix = np.array([tuple(r.values()) for r in rows], dtype=float).reshape(len(rows), len(names))
+            matrix = np.array([values(r) for r in rows], dtype=float).reshape(len(rows), len(names))
         except (TypeError, ValueError):  # a list or dict among the values: column by column
             pass
         else:
@@ -246,8 +252,9 @@ def load_suite(results_dir: Path) -> SuiteResults:
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
                          "suite first or pass another results dir")
     trial_rows, metric_parts, eval_parts, provenance = [], [], [], {}
-    for d in dirs:
-        row, metric_curve, eval_curve, prov = _read_trial(d)
+    read = [partial(_read_trial, d) for d in dirs]
+    for d, (row, metric_curve, eval_curve, prov) in zip(dirs, fork_map(read, chunks_per_worker=4) if len(dirs) >=
+                                                        PARALLEL_TRIALS else [job() for job in read]):
         trial_rows.append(row)
         metric_parts.append((d.name, metric_curve))
         eval_parts.append((d.name, eval_curve))
