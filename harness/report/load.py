@@ -121,9 +121,8 @@ def _columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.
     """``_column`` of each key; in one pass when every row has the same keys (a file written by one
     trainer), which is what makes a report of thousands of trials fast."""
     names = tuple(rows[0]) if rows else ()
-    first = rows[0].keys() if rows else {}.keys()
-    if names and all(r.keys() == first for r in rows):
-        values = operator.itemgetter(*names) if len(names) > 1 else (lambda r: (r[names[0]],))
+    if names and all(r.keys() == rows[0].keys() for r in rows):
+        values = operator.itemgetter(*names)
         try:
             matrix = np.array([values(r) for r in rows], dtype=float).reshape(len(rows), len(names))
         except (TypeError, ValueError):  # a list or dict among the values: column by column
@@ -253,8 +252,8 @@ def load_suite(results_dir: Path) -> SuiteResults:
                          "suite first or pass another results dir")
     trial_rows, metric_parts, eval_parts, provenance = [], [], [], {}
     read = [partial(_read_trial, d) for d in dirs]
-    for d, (row, metric_curve, eval_curve, prov) in zip(dirs, fork_map(read, chunks_per_worker=4) if len(dirs) >=
-                                                        PARALLEL_TRIALS else [job() for job in read]):
+    parts = fork_map(read, chunks_per_worker=4) if len(dirs) >= PARALLEL_TRIALS else [job() for job in read]
+    for d, (row, metric_curve, eval_curve, prov) in zip(dirs, parts):
         trial_rows.append(row)
         metric_parts.append((d.name, metric_curve))
         eval_parts.append((d.name, eval_curve))
