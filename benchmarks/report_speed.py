@@ -2,8 +2,9 @@
 
 Grid: 5 algorithms x 5 delays x 2 eps x 2 group sizes x S seeds (S = 10 -> 1,000 trials, S = 100 ->
 10,000 trials); eval every 25 steps; each metrics row has 15 metrics. Writing the results is not timed.
-Each size is built in a fresh child process, which reports wall time, CPU time and its peak resident
-memory (``ru_maxrss``), so sizes do not share caches or memory. Target: 1,000 trials under ~5 s on an
+Each size is built in a fresh child process (after the written files are synced to disk), which reports
+its wall time, its CPU time and that of its forked workers, and the peak resident memory (``ru_maxrss``)
+of itself and of its largest worker, so sizes do not share caches or memory. Target: 1,000 trials under ~5 s on an
 idle machine. Wall time depends on what else runs; CPU time less so.
 
     python benchmarks/report_speed.py [--sizes 1000 10000] [--keep DIR]

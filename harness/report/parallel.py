@@ -23,7 +23,7 @@ def _run(i: int) -> object:
     return _JOBS[i]()
 
 
-def cores() -> int:
+def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
@@ -31,7 +31,7 @@ def fork_map(jobs: list[Callable[[], T]], chunks_per_worker: int = 0) -> list[T]
     """Each job's result, in order. Jobs are handed out one at a time (put the longest first), or in
     `chunks_per_worker` chunks per worker for many short jobs."""
     global _JOBS
-    workers = min(len(jobs), cores())
+    workers = min(len(jobs), _cores())
     if workers < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [job() for job in jobs]
     chunksize = -(-len(jobs) // (workers * chunks_per_worker)) if chunks_per_worker else 1
