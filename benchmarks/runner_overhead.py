@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from harness.config import set_dotted
 from harness.trialdir import read_status
-from harness.suite import Suite, expand, load_suite
+from harness.suite import Suite, expand, load_suite_file
 
 
 def shrink(suite: Suite, trials: int | None, steps: int | None, concurrent: int) -> Suite:
@@ -93,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.pop("MLFLOW_TRACKING_URI", None)          # a fresh SQLite store per run, as on a laptop
     os.environ.pop("RAY_ADDRESS", None)
-    suite = load_suite(args.suite)
+    suite = load_suite_file(args.suite)
     variants = {c: shrink(suite, args.trials, args.steps, c) for c in (1, 2)}
     trials = expand(variants[1])
     n, steps = len(trials), sum(t.config.train.steps for t in trials)

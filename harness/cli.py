@@ -47,7 +47,8 @@ def suite_file(arg: str) -> Path:
     """The suite file meant by SUITE: a file, suites/<name>.yaml, or <results dir>/suite.yaml (the
     effective suite of the last run there)."""
     path = Path(arg)
-    candidates = [path, Path("suites") / f"{arg}.yaml", path / "suite.yaml", Path("results") / arg / "suite.yaml"]
+    from .trialdir import suite_file as results_suite_file
+    candidates = [path, Path("suites") / f"{arg}.yaml", results_suite_file(path), results_suite_file(Path("results") / arg)]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise ConfigError(f"{arg}: no such suite ({SUITE_HELP})")
@@ -62,14 +63,15 @@ def results_dir(arg: str, results_root: Path) -> Path:
     if (results_root / arg).is_dir():
         return results_root / arg
     if path.is_file() or (Path("suites") / f"{arg}.yaml").is_file():
-        from .suite import load_suite
-        return results_root / load_suite(suite_file(arg)).name
+        from .schema import read_suite_yaml
+        return results_root / read_suite_yaml(suite_file(arg)).name
     raise ConfigError(f"{arg}: no suite results found ({SUITE_HELP})")
 
 
 def _load(args):
-    from .suite import MAX_TRIALS, load_suite
-    return load_suite(suite_file(args.suite), args.sets, args.max_trials or MAX_TRIALS, args.overrides)
+    """The suite of the command line and its trials, validated and expanded once."""
+    from .suite import MAX_TRIALS, load_suite_trials
+    return load_suite_trials(suite_file(args.suite), args.sets, args.max_trials or MAX_TRIALS, args.overrides)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,13 +136,13 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_run(args) -> int:
     from .runner import run_suite
 
-    suite = _load(args)
+    suite, trials = _load(args)
     if args.dry_run:
         from .plan import dry_run
-        print(dry_run(suite, args.only, Path(args.results)))
+        print(dry_run(suite, args.only, Path(args.results), trials))
         return 0
     counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
-                       on_change=args.on_change, only=args.only)
+                       on_change=args.on_change, only=args.only, trials=trials)
     out = Path(args.results) / suite.name
     print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     if args.report:
@@ -157,16 +159,14 @@ def _report(results: Path, out: Path | None) -> None:
 
 
 def _cmd_train(args) -> int:
-    from .base_models import base_identity
-    from .suite import expand, select
-    from .trial import TrialFailed, check_identity, run_trial
-    from .trialdir import ERROR_LOG, suite_results_dir
+    from .session import SuiteSession
+    from .suite import select
+    from .trial import TrialFailed, run_trial
+    from .trialdir import ERROR_LOG
 
-    suite = _load(args)
-    trial = select(expand(suite), args.trial)
-    suite_dir = suite_results_dir(Path(args.results), suite.name)
-    base_identity(trial.config.model) if trial.config.lab is None else None
-    check_identity([trial], suite_dir, args.on_change)
+    suite, trials = _load(args)
+    trial = select(trials, args.trial)
+    suite_dir = SuiteSession.open(suite, [trial], Path(args.results), args.on_change).suite_dir
     try:
         status = run_trial(trial, suite_dir, progress=True)
     except TrialFailed as exc:
@@ -182,17 +182,13 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .suite import expand
+    from .tracking import check_mirrors, describe_mirrors
 
-    suite = _load(args)
-    trials = expand(suite)
-    wandb = suite.tracking.wandb
-    if wandb is not None:
-        from .tracking import require_wandb
-        require_wandb(wandb)
+    suite, trials = _load(args)
+    check_mirrors(suite.tracking)
     print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
-    if wandb is not None:
-        print(f"tracking: MLflow and W&B (project {wandb.project}, mode {wandb.mode})")
+    if suite.tracking.mirrors():
+        print(f"tracking: {describe_mirrors(suite.tracking)}")
     for t in trials:
         print(f"  {t.trial_id}")
     from .report.stats import MIN_CONFIDENT_SEEDS
@@ -227,7 +223,7 @@ def _cmd_site(args) -> int:
 
 def _cmd_tune(args) -> int:
     from .runner import tune_suite
-    print(f"tuned overrides: {tune_suite(_load(args), results_root=Path(args.results), address=args.address)}")
+    print(f"tuned overrides: {tune_suite(_load(args)[0], results_root=Path(args.results), address=args.address)}")
     return 0
 
 

@@ -3,6 +3,9 @@
 One `RunConfig` drives every part of a run (model, task, rollout, delay, trainer, evaluation). It is
 built from the `base` section of a suite YAML plus the trial's grid point; nothing reads a setting the
 config does not declare. Every error is one line naming the key and the valid values.
+
+Importing this module imports no torch: the estimator registry (`algorithms`) is imported by the
+validation that needs it, so torch-free readers (the suite schema, the report) share these types.
 """
 from __future__ import annotations
 
@@ -13,8 +16,6 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
-
-from algorithms import AGGREGATIONS, ADVANTAGE_MODES, check_params, loss_names
 
 from .errors import ConfigError
 from .lab.config import LabConfig
@@ -116,6 +117,8 @@ class TrainConfig:
             _positive(f"{key}.{name}", getattr(self, name), strict=False)
         if self.micro_batch_size is not None:
             _positive(f"{key}.micro_batch_size", self.micro_batch_size)
+        from algorithms import AGGREGATIONS, ADVANTAGE_MODES
+
         _choice(f"{key}.aggregation", self.aggregation, AGGREGATIONS)
         _choice(f"{key}.save", self.save, ("none", "final", "best"))
         _choice(f"{key}.advantage", self.advantage, ADVANTAGE_MODES)
@@ -156,6 +159,8 @@ class RunConfig:
     lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
 
     def validate(self, key: str = "base") -> None:
+        from algorithms import check_params, loss_names
+
         _choice("algorithm", self.algorithm, loss_names())
         try:
             check_params(self.algorithm, dict(self.params))
@@ -184,7 +189,6 @@ class RunConfig:
                                f"would start its own engine inside the Train process group); use engine hf"),
             (self.async_ is not None, "async is not supported with several workers (the producer thread would "
                                       "share the workers' collectives); use delay"),
-            (self.lab is not None, "an estimator-lab trial runs in one process; remove train.workers"),
         ]
         for refused, reason in refusals:
             if refused:

@@ -48,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from . import trialdir
 from .tasks.benchmarks import BENCHMARK_NAMES, default_data_dir
 from .tasks.lm_eval_adapters import (  # noqa: F401 — re-exported: the task functions
     VERIFY_TIMEOUT_S, make_process_docs, process_results, process_results_exact)
@@ -243,7 +244,7 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
         "versions": _versions(backend),
         "lm_eval_configs": res.get("configs", {}),
     }
-    results_path = out / "results.json"
+    results_path = out / trialdir.BENCHMARK_RESULTS
     results_path.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
 
     if mlflow_run_id:
@@ -258,7 +259,6 @@ def eval_trials(trial_dirs: list[Path], benchmarks: list[str], limit: int | None
                 say: Callable[[str], None] = print) -> list[Path]:
     """`stalebench eval --trial/--suite`: evaluate each trial's kept policy (train.save) into
     <trial>/benchmarks/ and log the scores to the trial's MLflow run. Returns the results.json paths."""
-    from . import trialdir
     from .tracking import default_tracking_uri, find_trial_run
 
     kept = [(d, trialdir.read_status(d).get("policy")) for d in trial_dirs]
@@ -272,7 +272,7 @@ def eval_trials(trial_dirs: list[Path], benchmarks: list[str], limit: int | None
             continue
         results_root = trial_dir.parent.parent
         run_id = find_trial_run(default_tracking_uri(results_root), trial_dir.parent.name, trial_dir.name)
-        paths.append(run_eval(trial_dir / policy["path"], benchmarks, trial_dir / "benchmarks", limit, max_new_tokens,
+        paths.append(run_eval(trial_dir / policy["path"], benchmarks, trialdir.benchmarks_dir(trial_dir), limit, max_new_tokens,
                               run_id, results_root=results_root))
         say(f"{trial_dir.name} ({policy['kind']} policy, step {policy['step']}): " + ", ".join(
             f"{b} {v['acc']:.3f}" for b, v in json.loads(paths[-1].read_text())["benchmarks"].items()))

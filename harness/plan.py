@@ -11,14 +11,14 @@ import statistics
 from pathlib import Path
 
 from . import trialdir
-from .suite import Suite, expand, select_trials, trial_count
+from .suite import Suite, Trial, expand, select_trials, trial_count
 
 TINY_STEP_S = 0.084         # the CPU default, 16 prompts x 8 responses, one thread (benchmarks/README.md)
 TINY_RESPONSES = 16 * 8
 
 
-def dry_run(suite: Suite, only: list[str], results_root: Path) -> str:
-    trials = select_trials(expand(suite), only)
+def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Trial] | None = None) -> str:
+    trials = select_trials(expand(suite) if trials is None else trials, only)
     suite_dir = Path(results_root) / suite.name
     done = [t for t in trials if trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
@@ -37,9 +37,7 @@ def dry_run(suite: Suite, only: list[str], results_root: Path) -> str:
     steps = sum(t.config.train.steps for t in trials if t not in done)
     step_s, source = _step_seconds(suite_dir, trials)
     processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
-    parallel = max(1, int((os.cpu_count() or 1) // max(suite.resources.cpu * processes, 1e-9)))
-    if suite.resources.max_concurrent:
-        parallel = min(parallel, suite.resources.max_concurrent)
+    parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:

@@ -1,7 +1,8 @@
 """`stalebench status SUITE`: the trials of a suite's results directory as a table, grouped by status.
 
 Reads only the result files (results/<suite>/suite.yaml and each trial's status.json, metrics.jsonl,
-eval.jsonl, config.yaml); imports no Ray. A trial of the suite file without a directory yet is `pending`.
+eval.jsonl, config.yaml) through trialdir and the suite schema; imports no Ray. A trial without a
+status.json yet (or without a directory) is `pending` (trialdir.read_record).
 A `running` trial whose files have not changed for a while may belong to a driver that was killed:
 `stalebench run` on the same suite resumes it.
 
@@ -17,10 +18,10 @@ from typing import Any
 
 from .config import ConfigError
 from . import trialdir
-from .trialdir import ENDED, is_trial_dir, last_step, read_status
-from .yamlio import load_yaml_file
+from .trialdir import ENDED, PENDING, TrialRecord, is_trial_dir, last_step, read_record
+from .schema import read_suite_yaml
 
-ORDER = ("running", "failed", "diverged", "completed", "pending")
+ORDER = ("running", "failed", "diverged", "completed", PENDING)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -33,10 +34,9 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
-def status_name(status: dict[str, Any]) -> str:
-    """The "status" of a read_status() dict, printable: "pending" if absent, "unknown" if not a string."""
-    name = status.get("status", "pending")
-    return printable(name)[:20] if isinstance(name, str) else "unknown"
+def status_name(record: TrialRecord) -> str:
+    """A trial record's status, printable (trialdir.read_record: PENDING when there is no status.json)."""
+    return printable(record.status)[:20]
 
 
 def last_eval(trial_dir: Path, metric: str = "eval/acc", first: bool = False) -> float | None:
@@ -52,7 +52,7 @@ def count_statuses(suite_dir: Path, trial_ids: list[str]) -> dict[str, int]:
     """{status: number of trials} from their status.json files (no file yet: "pending")."""
     counts: dict[str, int] = {}
     for t in trial_ids:
-        status = status_name(read_status(Path(suite_dir) / t))
+        status = status_name(read_record(Path(suite_dir) / t))
         counts[status] = counts.get(status, 0) + 1
     return dict(sorted(counts.items()))
 
@@ -72,7 +72,7 @@ class ProgressLine:
         counts: dict[str, int] = {}
         steps = 0
         for t, n in self.steps_by_trial.items():
-            status = status_name(read_status(self.suite_dir / t))
+            status = status_name(read_record(self.suite_dir / t))
             counts[status] = counts.get(status, 0) + 1
             steps += n if status in ENDED else min(n, last_step(self.suite_dir / t))
         return counts, steps
@@ -129,26 +129,25 @@ def suite_status(results_dir: Path) -> str:
 
 def _expected_trials(results_dir: Path) -> dict[str, int]:
     """Trial id -> train.steps of every trial of results/<suite>/suite.yaml ({} if absent or invalid now)."""
-    path = results_dir / "suite.yaml"
+    path = trialdir.suite_file(results_dir)
     if not path.exists():
         return {}
-    from .suite import expand, parse_suite
+    from .suite import expand
     try:
-        suite = parse_suite(load_yaml_file(path, "suite file"), str(path))
-        return {t.trial_id: t.config.train.steps for t in expand(suite)}
+        return {t.trial_id: t.config.train.steps for t in expand(read_suite_yaml(path))}
     except ConfigError:
         return {}
 
 
 def _row(trial_dir: Path, steps: int | None) -> dict[str, Any]:
-    status = read_status(trial_dir)
+    record = read_record(trial_dir)
     if steps is None:
         steps = _config_steps(trialdir.read_config(trial_dir))
-    step = max(_int(status.get("step")), last_step(trial_dir))
-    error = printable(" ".join(str(status.get("error") or "")[:1000].split()))
-    return {"trial": printable(trial_dir.name), "status": status_name(status),
+    step = max(record.step or 0, last_step(trial_dir))
+    error = printable(" ".join(record.error[:1000].split()))
+    return {"trial": printable(trial_dir.name), "status": status_name(record),
             "step": f"{step}/{steps if steps is not None else '?'}", "acc": last_eval(trial_dir),
-            "updated": _age(trial_dir) if status else "-",
+            "updated": _age(trial_dir) if record.problem != "missing" else "-",
             "error": error if len(error) <= 90 else error[:87] + "..."}
 
 
@@ -157,14 +156,6 @@ def _config_steps(config: dict[str, Any] | None) -> int | None:
     train = config.get("train") if isinstance(config, dict) else None
     steps = train.get("steps") if isinstance(train, dict) else None
     return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
-
-
-def _int(value: Any) -> int:
-    """An int from a status.json field that may be missing, null or junk (0 then)."""
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError, OverflowError):
-        return 0
 
 
 def _age(trial_dir: Path) -> str:

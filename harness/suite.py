@@ -1,52 +1,28 @@
-"""Suite files: strict loading and grid expansion into trials (pure; no Ray, no I/O beyond reading YAML).
+"""Suite files: loading a user's suite file (with --set and --overrides) and expanding its grid into
+trials (pure; no Ray, no I/O beyond reading YAML).
 
-A suite is `suite`, `version`, `base` (a full run config), `grid` (dotted keys → value lists, crossed),
-`seeds`, `resources` and optional `overrides` (estimator → dotted settings, e.g. its tuned learning
-rate), `notes` and `report` (read by the report), `tracking` (mirrors besides MLflow, e.g. W&B). Trial ids are readable and deterministic functions of
-the grid point and seed (`gmc_grpo-d16-e0.2-g8-s0`), so rerunning a suite finds its finished trials.
+The file's sections and their types are harness/schema.py's (`Suite`); this module reads the file,
+applies the command line's overrides, and expands `base` × `grid` × `seeds` into validated trials. Trial
+ids are readable and deterministic functions of the grid point and seed (`gmc_grpo-d16-e0.2-g8-s0`), so
+rerunning a suite finds its finished trials.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from algorithms import uses_eps
-
-from .config import DEFAULT_ESTIMATOR, ConfigError, RunConfig, build_run_config, from_dict, set_dotted, to_dict
-from .tracking.config import TrackingConfig
+from .config import ConfigError, RunConfig, build_run_config, set_dotted, to_dict
+from .kinds import kind_of
+from .schema import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
 from .yamlio import load_yaml_text, read_text_file, short
 
-SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
-              "share_on_policy", "tracking")
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
-                              # for a path segment; trial ids and timestamps are appended to it)
-MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
-
-
-@dataclass(frozen=True)
-class Resources:
-    cpu: float = 1.0              # CPUs per trial process: a trial of train.workers N reserves N x cpu
-    gpu: float = 0.0              # GPUs per trial process (N x gpu)
-    max_concurrent: int | None = None   # trials at once (default: as many as fit)
-    max_failures: int = 1         # retries of a trial that raised (transient failures), 0..MAX_FAILURES
-
-    def validate(self, key: str) -> None:
-        if self.cpu <= 0 or self.gpu < 0:
-            raise ConfigError(f"{key}: cpu must be > 0 and gpu >= 0; got cpu={self.cpu}, gpu={self.gpu}")
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise ConfigError(f"{key}.max_concurrent: must be >= 1 (or omitted: as many as fit); got {self.max_concurrent}")
-        if not 0 <= self.max_failures <= MAX_FAILURES:     # Tune's -1 (retry forever) loops on a deterministic bug
-            raise ConfigError(f"{key}.max_failures: must be between 0 and {MAX_FAILURES} (retries of a failed "
-                              f"trial); got {self.max_failures}")
 
 
 @dataclass(frozen=True)
@@ -56,36 +32,18 @@ class Trial:
     config: RunConfig
 
 
-@dataclass(frozen=True)
-class Suite:
-    name: str
-    version: int
-    base: dict[str, Any]
-    grid: dict[str, list[Any]]
-    seeds: list[int]
-    resources: Resources = field(default_factory=Resources)
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    notes: str = ""
-    report: dict[str, Any] = field(default_factory=dict)
-    tune: dict[str, Any] = field(default_factory=dict)
-    share_on_policy: bool = False # delay 0, one update per batch: run one trial per seed for all estimators
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
-    source: str = ""              # the suite file's text (hashed for provenance)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()
-
-
-def _fail(path: str, msg: str) -> ConfigError:
-    return ConfigError(f"{path}: {msg}")
-
-
-def load_suite(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS,
-               overrides_file: str | Path | None = None) -> Suite:
+def load_suite_file(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS,
+                    overrides_file: str | Path | None = None) -> Suite:
     """Read and validate a suite file, with `--set key=value` overrides of its `base` and the
-    per-estimator `overrides:` of `overrides_file` (e.g. tuned-overrides.yaml) applied; every problem is a
-    one-line ConfigError naming the key."""
+    per-estimator `overrides:` of `overrides_file` (e.g. tuned-overrides.yaml) applied: every section
+    (schema.parse_suite), every trial's resolved config and the tune range (check_runnable). Every
+    problem is a one-line ConfigError naming the key."""
+    return load_suite_trials(path, sets, max_trials, overrides_file)[0]
+
+
+def load_suite_trials(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS,
+                      overrides_file: str | Path | None = None) -> tuple[Suite, list[Trial]]:
+    """load_suite_file and the suite's trials, expanded once (what the command line runs)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such suite file; the predefined suites are in suites/")
@@ -100,8 +58,22 @@ def load_suite(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRI
     if count > max_trials:
         raise _fail(str(path), f"the grid has {count} trials, more than the limit {max_trials}; shrink the grid "
                                f"or raise the limit with --max-trials")
-    expand(suite)                 # validates every trial's config
-    return suite
+    return suite, check_runnable(suite)
+
+
+def check_runnable(suite: Suite) -> list[Trial]:
+    """What needs validated run configs (the estimator registry): every trial's config, and the bounds
+    of the tune range as values of their setting. Returns the trials."""
+    trials = expand(suite)
+    check_tune_range(suite)
+    return trials
+
+
+def check_tune_range(suite: Suite) -> None:
+    """The tune range's bounds are values its setting accepts (validated run configs; no tune section: nothing)."""
+    if suite.tune is not None:
+        for bound in (suite.tune.low, suite.tune.high):
+            build_run_config(suite.base, {suite.tune.param: bound})
 
 
 def apply_sets(data: Any, sets: list[str], text: str) -> tuple[Any, str]:
@@ -136,76 +108,20 @@ def apply_overrides_file(data: Any, path: Path, text: str) -> tuple[Any, str]:
     return data, f"# effective suite: --overrides {short(str(path))}\n" + yaml.safe_dump(data, sort_keys=False)
 
 
+def resolve_config(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> RunConfig:
+    """A trial's validated run config: config.build_run_config, then what its trial kind cannot honour
+    (kinds.py), so that `check` refuses a trial that would fail when it starts."""
+    config = build_run_config(base, overrides)
+    kind_of(config).validate(config)
+    return config
+
+
 def trial_count(suite: Suite) -> int:
     """The number of grid points × seeds, before de-duplication (cheap: nothing is expanded)."""
     count = len(suite.seeds)
     for values in suite.grid.values():
         count *= len(values)
     return count
-
-
-def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
-    if not isinstance(data, Mapping):
-        raise _fail(where, "a suite file must be a mapping with keys " + ", ".join(SUITE_KEYS))
-    unknown = sorted(set(data) - set(SUITE_KEYS))
-    if unknown:
-        raise _fail(where, f"unknown key {unknown[0]!r}; valid keys: {', '.join(SUITE_KEYS)}")
-    for key in ("suite", "base"):
-        if key not in data:
-            raise _fail(where, f"missing key {key!r}")
-    name = data["suite"]
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail(where, f"suite: {short(name)} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
-    if len(name) > MAX_NAME_CHARS:
-        raise _fail(where, f"suite: the name is {len(name)} characters, over the limit of {MAX_NAME_CHARS} "
-                           f"({short(name, 40)})")
-    version = data.get("version", 1)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise _fail(where, f"version: expected an integer; got {version!r}")
-    base = data["base"]
-    if not isinstance(base, Mapping):
-        raise _fail(where, "base: expected a mapping (a full run config)")
-    grid = data.get("grid") or {}
-    if not isinstance(grid, Mapping):
-        raise _fail(where, "grid: expected a mapping of dotted keys to lists of values")
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise _fail(where, f"grid.{key}: expected a non-empty list of values; got {values!r}")
-        seen = [yaml.safe_dump(v) for v in values]
-        if len(set(seen)) != len(seen):
-            raise _fail(where, f"grid.{key}: duplicate values in {values!r}")
-        if key == "seed":
-            raise _fail(where, "grid.seed: list seeds under the top-level key 'seeds', not in the grid")
-    seeds = data.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise _fail(where, f"seeds: expected a non-empty list of integers; got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise _fail(where, f"seeds: duplicate values in {seeds!r}")
-    if isinstance(data.get("resources"), Mapping) and "workers" in data["resources"]:
-        raise _fail(where, "resources.workers: set a trial's workers with train.workers in base or the grid (they "
-                           "change how its rollouts are sampled, so they are part of its config); resources.cpu "
-                           "and gpu are per worker")
-    try:
-        resources = from_dict(Resources, data.get("resources") or {}, "resources")
-        resources.validate("resources")
-        if not isinstance(data.get("tracking") or {}, Mapping):
-            raise ConfigError("tracking: expected a mapping, e.g. {wandb: {project: stalebench, mode: offline}}")
-        tracking = from_dict(TrackingConfig, data.get("tracking") or {}, "tracking")
-        tracking.validate("tracking")
-    except ConfigError as exc:
-        raise _fail(where, str(exc)) from None
-    overrides = data.get("overrides") or {}
-    if not isinstance(overrides, Mapping) or not all(isinstance(v, Mapping) for v in overrides.values()):
-        raise _fail(where, "overrides: expected a mapping of estimator name -> mapping of dotted keys")
-    for key in ("notes",):
-        if not isinstance(data.get(key, ""), str):
-            raise _fail(where, f"{key}: expected a string")
-    share = data.get("share_on_policy", False)
-    if not isinstance(share, bool):
-        raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
-    return Suite(name, version, dict(base), {k: list(v) for k, v in grid.items()}, list(seeds), resources,
-                 {k: dict(v) for k, v in overrides.items()}, data.get("notes", ""), dict(data.get("report") or {}),
-                 dict(data.get("tune") or {}), share, tracking, source)
 
 
 def _fmt(value: Any) -> str:
@@ -236,13 +152,15 @@ def expand(suite: Suite) -> list[Trial]:
       gradient equals plain GRPO's to float rounding (tests/test_algorithms_contract.py); its
       params.json lists the estimators it `stands_for`.
     """
+    from algorithms import uses_eps
+
     keys = sorted(suite.grid, key=lambda k: (list(_ABBREV).index(k) if k in _ABBREV else len(_ABBREV), k))
-    algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
+    algorithms = suite.algorithms
     trials, seen = [], {}
     for values in itertools.product(*(suite.grid[k] for k in keys)):
         point = dict(zip(keys, values))
         first_eps = "eps" not in point or point["eps"] == suite.grid["eps"][0]
-        algorithm = str(point.get("algorithm", suite.base.get("algorithm", DEFAULT_ESTIMATOR)))
+        algorithm = str(point.get("algorithm", algorithms[0]))
         overrides = suite.overrides.get(algorithm, {})
         ignored = [] if "eps" not in point or uses_eps(algorithm) else ["eps"]
         if ignored:
@@ -259,7 +177,7 @@ def expand(suite: Suite) -> list[Trial]:
         for seed in suite.seeds:
             params = {**point, "seed": seed}
             try:
-                config = build_run_config(suite.base, {**overrides, **params})
+                config = resolve_config(suite.base, {**overrides, **params})
             except ConfigError as exc:
                 where = ", ".join(f"{k}={v}" for k, v in params.items())
                 raise ConfigError(f"{exc} (trial {where})") from None
@@ -278,7 +196,8 @@ def expand(suite: Suite) -> list[Trial]:
 def _on_policy(suite: Suite, point: Mapping[str, Any], overrides: Mapping[str, Any]) -> bool:
     """Whether a grid point trains on-policy: delay 0, one update per batch, synchronous."""
     cfg = build_run_config(suite.base, {**overrides, **point})
-    return cfg.delay == 0 and cfg.train.updates_per_batch == 1 and cfg.async_ is None and cfg.lab is None
+    return (cfg.delay == 0 and cfg.train.updates_per_batch == 1 and cfg.async_ is None
+            and kind_of(cfg).shares_on_policy)
 
 
 def matching(trials: list[Trial], spec: str, flag: str = "--trial") -> list[Trial]:

@@ -27,7 +27,7 @@ from .rollout.base import Rollout
 from .rollout.hf import CACHE, position_ids_from
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
-from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256
+from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256, policy_dir
 from .world import world_for
 
 
@@ -337,7 +337,7 @@ def _evaluate(trainer: Trainer, log: RunLog, step: int) -> None:
     if trainer.world.is_main:
         row = trainer.evaluate()
         log.eval(step, row)
-        trainer.keep(log.dir / "policy", step, row)
+        trainer.keep(policy_dir(log.dir), step, row)
 
 
 def _on_cpu(b: Batch) -> Batch:

@@ -2,7 +2,7 @@
 the Ray Train workers of a multi-worker trial: run_trial_worker), and the rule that decides whether
 existing results still belong to a trial.
 
-The lifecycle is the same for LLM and estimator-lab trials: skip a finished trial; write config, params
+The lifecycle is the same for every trial kind (kinds.py: the LLM trainer, the estimator lab): skip a finished trial; write config, params
 and provenance at the start (and at a resume, from the checkpoint's step); run; write the final status.
 An exception becomes a `failed` status with a one-line reason (traceback in error.log).
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from . import provenance, trialdir
 from .config import ConfigError, RunConfig, flatten, to_dict
+from .kinds import kind_of
 from .suite import Trial
 from .tracking import MlflowTarget, RunLog, Target  # noqa: F401 — MlflowTarget: callers import it from here
 
@@ -75,12 +76,7 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
     try:
         if mirror is not None:
             log.sink = mirror.open(trial.trial_id, mirror_params(trial))
-        if trial.config.lab is not None:
-            from .lab.dynamics import run_lab_trial
-            outcome = run_lab_trial(trial.config, log, start)
-        else:
-            from .trainer import train
-            outcome = train(trial.config, log, start, progress=progress)
+        outcome = kind_of(trial.config).run(trial.config, log, start, progress=progress)
         log.status(outcome.status, step=outcome.step, error=outcome.error, diverged_step=outcome.diverged_step,
                    extra=outcome.extra)
     except Exception as exc:  # noqa: BLE001 — a failing trial is a result, not a crash of the suite
@@ -108,8 +104,7 @@ def run_trial_worker(trial: Trial, suite_dir: Path, rank: int, mirror: Target | 
     trial_dir = Path(suite_dir) / trial.trial_id
     if trialdir.read_status(trial_dir).get("status") in trialdir.FINAL:    # rank 0 skips it too
         return
-    from .trainer import train
-    train(trial.config, NullRunLog(trial_dir), lambda *args: None)
+    kind_of(trial.config).run(trial.config, NullRunLog(trial_dir), lambda *args: None)
 
 
 class NullRunLog:

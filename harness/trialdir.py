@@ -8,11 +8,20 @@
         metrics.jsonl     one row per step (consumed batch); eval.jsonl: one row per evaluation
         status.json       running | completed | diverged | failed, the step reached, the config hash
         error.log         the traceback of a failed trial; checkpoint.pt: the trainer's resumable state
+        policy/           the kept policy (train.save), a transformers model directory
+        benchmarks/results.json   its benchmark scores (`stalebench eval --trial`)
+        .lock             held by the process working in the directory (one at a time)
+    results/<suite>/suite.yaml                      the effective suite file of the latest run
+    results/<suite>/tune/trials.jsonl               `stalebench tune`: the search's trials, one row each
+    results/<suite>/{lab,ray}/                      the lab's stored sweeps; Ray Tune's storage
     results/<suite>/.superseded/<trial_id>-<utc>/   results of a config that was changed and rerun
 
-Everyone else reads and writes these files through this module: by its functions, or by the file-name
-constants below (CONFIG, PARAMS, ...) where a caller needs the path itself (the trainer's checkpoint, the
+Everyone else reads and writes these files through this module: by its functions, or by the name
+constants and path functions below where a caller needs the path itself (the trainer's checkpoint, the
 MLflow artifacts). tests/test_architecture.py checks that no other module spells these names.
+
+A trial's status is shown and counted through `read_record` only, with one meaning of a missing or
+unreadable status.json: PENDING — no readable start is recorded, so the runner will run the trial.
 """
 from __future__ import annotations
 
@@ -27,7 +36,8 @@ from typing import Any, Mapping
 import orjson
 import yaml
 
-STATUSES = ("completed", "diverged", "failed", "running")   # in the order reports list them
+STATUSES = ("completed", "diverged", "failed", "running")   # what a trial records, in the order reports list them
+PENDING = "pending"                        # a trial without status.json: it has recorded no start yet
 FINAL = STATUSES[:2]                       # completed, diverged: a result, never rerun
 ENDED = STATUSES[:3]                       # final or failed: no process is working on the trial
 
@@ -36,7 +46,10 @@ METRICS, EVALS, STATUS = "metrics.jsonl", "eval.jsonl", "status.json"
 ERROR_LOG, CHECKPOINT = "error.log", "checkpoint.pt"
 RECORD = (CONFIG, PARAMS, PROVENANCE, METRICS, EVALS, STATUS)   # a trial's record (what a mirror archives)
 ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
-NOT_TRIALS = frozenset({"lab", "ray", "tune"})   # directories beside the trials that are not trials
+LAB_DIR, RAY_DIR, TUNE_DIR = "lab", "ray", "tune"   # beside the trials: the lab's sweeps, Tune's storage, tune's trials
+SUITE_FILE, TUNE_TRIALS = "suite.yaml", "trials.jsonl"
+POLICY_DIR, BENCHMARKS_DIR, BENCHMARK_RESULTS, LOCK = "policy", "benchmarks", "results.json", ".lock"
+NOT_TRIALS = frozenset({LAB_DIR, RAY_DIR, TUNE_DIR})   # directories beside the trials that are not trials
 SUPERSEDED = ".superseded"
 
 
@@ -63,6 +76,44 @@ def suite_results_dir(results_root: Path, suite_name: str) -> Path:
         if path.exists() and not path.is_dir():
             raise ConfigError(f"{what} {str(path)[:200]}: exists and is not a directory; give a directory")
     return (root / suite_name).resolve()
+
+
+def suite_file(suite_dir: Path) -> Path:
+    return Path(suite_dir) / SUITE_FILE
+
+
+def tune_dir(suite_dir: Path) -> Path:
+    return Path(suite_dir) / TUNE_DIR
+
+
+def tune_trials(suite_dir: Path) -> Path:
+    return tune_dir(suite_dir) / TUNE_TRIALS
+
+
+def ray_dir(suite_dir: Path) -> Path:
+    return Path(suite_dir) / RAY_DIR
+
+
+def lab_dir(suite_dir: Path) -> Path:
+    return Path(suite_dir) / LAB_DIR
+
+
+def policy_dir(trial_dir: Path) -> Path:
+    return Path(trial_dir) / POLICY_DIR
+
+
+def benchmarks_dir(trial_dir: Path) -> Path:
+    """Where `stalebench eval --trial` writes the kept policy's scores (BENCHMARK_RESULTS, evaluation.py)."""
+    return Path(trial_dir) / BENCHMARKS_DIR
+
+
+def read_benchmarks(trial_dir: Path) -> dict[str, Any] | None:
+    """benchmarks/results.json of a trial (None: absent or unreadable)."""
+    return read_object(benchmarks_dir(trial_dir) / BENCHMARK_RESULTS)[0]
+
+
+def lock_path(trial_dir: Path) -> Path:
+    return Path(trial_dir) / LOCK
 
 
 def is_trial_dir(path: Path) -> bool:
@@ -157,8 +208,41 @@ def supersede(trial_dir: Path) -> Path:
 # ----------------------------------------------------------------------------------------------
 
 def read_status(trial_dir: Path) -> dict[str, Any]:
-    """The trial's status.json ({} if it has none, or one that is not a JSON object)."""
+    """The trial's status.json as written ({} if it has none, or one that is not a JSON object): for the
+    lifecycle's own checks (`.get("status") in FINAL`). To show or count a trial, use read_record."""
     return _read_json(Path(trial_dir) / STATUS)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A trial's status as readers show and count it (status.py, the report, the lab)."""
+    status: str                        # a recorded status (STATUSES), PENDING, or "unknown" (not a string)
+    step: int | None = None            # the step reached (None: not recorded)
+    error: str = ""
+    diverged_step: int | None = None
+    problem: str | None = None         # None | "missing" | "unreadable" (not a JSON object, no status string)
+    data: Mapping[str, Any] | None = None   # status.json as written ({} when missing or unreadable)
+
+    @property
+    def note(self) -> str | None:
+        """The note a reader shows for a missing or damaged status.json (None: none needed)."""
+        return {"missing": f"no {STATUS} ({self.status})", "unreadable": f"unreadable {STATUS} ({self.status})"
+                }.get(self.problem or "")
+
+
+def read_record(trial_dir: Path) -> TrialRecord:
+    """The trial's TrialRecord: status.json's fields; PENDING when there is none or it is not a JSON object
+    (what the runner does with it: read_status gives {}, so the trial runs); "unknown" when its status is
+    not a string. Never raises."""
+    data, problem = read_object(Path(trial_dir) / STATUS)
+    if data is None:
+        return TrialRecord(PENDING, problem=problem, data={})
+    status = data.get("status", PENDING)
+    step, diverged = data.get("step"), data.get("diverged_step")
+    return TrialRecord(status if isinstance(status, str) else "unknown",
+                       step if isinstance(step, int) and not isinstance(step, bool) else None,
+                       str(data.get("error") or ""), diverged if isinstance(diverged, int) and not isinstance(
+                           diverged, bool) else None, None if isinstance(status, str) else "unreadable", data)
 
 
 def read_params(trial_dir: Path) -> dict[str, Any]:
@@ -170,9 +254,9 @@ def read_provenance(trial_dir: Path) -> dict[str, Any]:
 
 
 def load(trial_dir: Path, name: str) -> tuple[dict[str, Any] | None, str | None]:
-    """One of the trial's JSON-object files (STATUS, PARAMS, PROVENANCE) as read_object returns it, for
-    readers that tell a missing file from a damaged one (the report)."""
-    assert name in (STATUS, PARAMS, PROVENANCE), name
+    """One of the trial's JSON-object files (PARAMS, PROVENANCE) as read_object returns it, for readers
+    that tell a missing file from a damaged one (the report; the status: read_record)."""
+    assert name in (PARAMS, PROVENANCE), name
     return read_object(Path(trial_dir) / name)
 
 

@@ -1,6 +1,8 @@
 """Facts about the code that anyone can check, checked: no import cycle among harness modules, one owner
-of the trial directory's format, one definition of the trial statuses, files that fit on a reader's
-desk, the tracking packages imported only by harness/tracking/, and a repository that stands alone.
+of the trial directory's format and of every path in it, one meaning of a missing status, one definition
+of the trial statuses, one reader of the suite file, trial kinds instead of `lab` branches, files that
+fit on a reader's desk, the tracking packages imported only by harness/tracking/, and a repository that
+stands alone.
 
 The import graph is built from the AST of harness/**/*.py. Module-level and function-level imports count
 alike (a lazy import still couples two modules). `from pkg import name` is an edge to `pkg.name` when that
@@ -21,7 +23,16 @@ PACKAGE = REPO / "harness"
 MAX_LINES = 400
 # The names of the trial directory's files, as trialdir.py defines them: no other module may spell them.
 TRIAL_FILES = (trialdir.CONFIG, trialdir.PARAMS, trialdir.PROVENANCE, trialdir.METRICS, trialdir.EVALS,
-               trialdir.STATUS, trialdir.ERROR_LOG, trialdir.CHECKPOINT)
+               trialdir.STATUS, trialdir.ERROR_LOG, trialdir.CHECKPOINT, trialdir.SUITE_FILE, trialdir.TUNE_TRIALS)
+# Directory names inside results/<suite>/ and a trial directory, as trialdir.py defines them: no other module
+# joins them onto a path (`trial_dir / "policy"`, `Path("lab")`). Names that mean something else elsewhere:
+PATH_NAMES = (trialdir.POLICY_DIR, trialdir.BENCHMARKS_DIR, trialdir.BENCHMARK_RESULTS, trialdir.LAB_DIR,
+              trialdir.RAY_DIR, trialdir.TUNE_DIR, trialdir.LOCK)
+OTHER_MEANINGS = {("harness/tasks/benchmarks.py", "benchmarks"): "the shared benchmark data directory",
+                  ("harness/report/html.py", "results.json"): "the report's bundle, reports/<suite>/results.json"}
+# The modules that may know that a run config can be an estimator-lab one (the `lab` kind and its package,
+# the run config that declares the section, the kind registry): everyone else asks the trial's kind.
+LAB_KNOWERS = ("harness.lab", "harness.kinds", "harness.config", "harness.trialdir")
 
 
 def _modules() -> dict[str, Path]:
@@ -133,6 +144,74 @@ def test_only_trialdir_names_the_trial_files():
     offenders = [f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}"
                  for name, path in _modules().items() if name != "harness.trialdir"
                  for node in _strings(ast.parse(path.read_text())) if pattern.search(node.value)]
+    assert offenders == []
+
+
+def path_joins(tree: ast.AST, names: tuple[str, ...]) -> list[ast.Constant]:
+    """String constants among `names` that are joined onto a path: the right side of `/`, or Path's argument."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            found.append(node.right)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Path":
+            found.extend(node.args)
+    return [n for n in found if isinstance(n, ast.Constant) and n.value in names]
+
+
+def test_path_joins_finds_joins():
+    tree = ast.parse('a / "policy"\nPath("lab")\nx = {"policy": 1}\nb / name\n')
+    assert [n.value for n in path_joins(tree, ("policy", "lab"))] == ["policy", "lab"]
+
+
+def test_only_trialdir_joins_the_trial_dir_paths():
+    """`policy/`, `benchmarks/results.json`, `tune/`, `lab/`, `ray/` are trialdir's (its path functions)."""
+    offenders = []
+    for name, path in _modules().items():
+        rel = str(path.relative_to(REPO))
+        if name != "harness.trialdir":
+            offenders += [f"{rel}:{n.lineno} {n.value!r}" for n in path_joins(ast.parse(path.read_text()), PATH_NAMES)
+                          if (rel, n.value) not in OTHER_MEANINGS]
+    assert offenders == []
+
+
+def missing_status_defaults(tree: ast.AST) -> list[ast.Call]:
+    """`.get("status", "running")` / `.get("status", "pending")`: a reader giving a missing status its own meaning."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "get"
+            and len(n.args) == 2 and all(isinstance(a, ast.Constant) for a in n.args)
+            and n.args[0].value == "status" and n.args[1].value in ("running", trialdir.PENDING)]
+
+
+def test_a_missing_status_has_one_meaning():
+    """Only trialdir.read_record decides what a trial without status.json is (PENDING)."""
+    offenders = [f"{path.relative_to(REPO)}:{n.lineno}" for name, path in _modules().items()
+                 if name != "harness.trialdir" for n in missing_status_defaults(ast.parse(path.read_text()))]
+    assert offenders == []
+
+
+def lab_branches(tree: ast.AST) -> list[ast.AST]:
+    """`x.lab` (a run config's lab section) and the string "lab" outside docstrings (`base.get("lab")`)."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "lab"] + \
+        [n for n in _strings(tree) if n.value == "lab"]
+
+
+def test_no_module_outside_the_trial_kinds_branches_on_lab():
+    """A lab trial differs from an LLM trial behind harness/kinds.py's interface (validate, run, needs a base,
+    after-suite step, report sections); no other module asks whether a config is a lab one."""
+    offenders = [f"{path.relative_to(REPO)}:{n.lineno}" for name, path in _modules().items()
+                 if not name.startswith(LAB_KNOWERS) for n in lab_branches(ast.parse(path.read_text()))]
+    assert offenders == []
+
+
+def test_one_reader_of_suite_files():
+    """The suite file is parsed by the schema only: no other module builds a Suite or reads a suite's YAML
+    itself (harness/schema.py's parse_suite / read_suite_yaml; suite.py adds --set and expansion)."""
+    offenders = []
+    for name, path in _modules().items():
+        if name in ("harness.schema", "harness.suite"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Suite":
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []
 
 

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from harness.config import ConfigError
-from harness.suite import Resources, Trial, expand, load_suite
+from harness.suite import Resources, Trial, expand, load_suite_file
 from harness.trial import TrialFailed, run_trial
 from harness.trialdir import read_jsonl
 
@@ -34,7 +34,7 @@ def write_suite(tmp_path: Path, base: dict, name: str = "hard", **extra) -> Path
 
 
 def one_trial(tmp_path: Path, base: dict, **grid) -> Trial:
-    return expand(load_suite(write_suite(tmp_path, base, grid=grid or {"algorithm": ["grpo"]})))[0]
+    return expand(load_suite_file(write_suite(tmp_path, base, grid=grid or {"algorithm": ["grpo"]})))[0]
 
 
 def closed_port() -> int:
@@ -94,7 +94,7 @@ def _checkpoint_for(trial: Trial, path: Path) -> None:
 
 
 def test_checkpoint_of_another_trial_is_refused(tmp_path, tiny_base):
-    suite = load_suite(write_suite(tmp_path, tiny_base, grid={"delay": [0, 2]}))
+    suite = load_suite_file(write_suite(tmp_path, tiny_base, grid={"delay": [0, 2]}))
     a, b = expand(suite)
     (tmp_path / "results" / b.trial_id).mkdir(parents=True)
     _checkpoint_for(a, tmp_path / "results" / b.trial_id / "checkpoint.pt")      # copied from trial a
@@ -192,7 +192,7 @@ def test_non_finite_numbers_are_refused_at_load(tmp_path, tiny_base, text, needl
     path.write_text(yaml.safe_dump(data, sort_keys=False))          # PyYAML writes nan/inf as .nan/.inf
     assert text.split(": ")[-1].strip("{}").split(": ")[-1] in path.read_text()
     with pytest.raises(ConfigError) as err:
-        load_suite(path)
+        load_suite_file(path)
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
@@ -203,10 +203,10 @@ def test_non_finite_numbers_are_refused_at_load(tmp_path, tiny_base, text, needl
 def test_max_failures_is_between_0_and_10(tmp_path, tiny_base, value, ok):
     path = write_suite(tmp_path, tiny_base, resources={"max_failures": value})
     if ok:
-        assert load_suite(path).resources.max_failures == value
+        assert load_suite_file(path).resources.max_failures == value
     else:
         with pytest.raises(ConfigError, match=r"resources.max_failures: must be between 0 and 10"):
-            load_suite(path)
+            load_suite_file(path)
 
 
 # ---------------------------------------------------------------- 3: resources that never fit
@@ -233,7 +233,7 @@ def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    suite = load_suite(write_suite(tmp_path, tiny_base, grid={"algorithm": ["grpo"]}, resources=resources))
+    suite = load_suite_file(write_suite(tmp_path, tiny_base, grid={"algorithm": ["grpo"]}, resources=resources))
     start = time.time()
     with pytest.raises(ConfigError, match="resources: a trial needs cpu=1000") as err:
         run_suite(suite, results_root=tmp_path / "results", progress=False)
@@ -253,7 +253,7 @@ def test_unreachable_mlflow_server_fails_in_seconds_naming_the_variable(tmp_path
 
     uri = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    suite = load_suite(write_suite(tmp_path, tiny_base))
+    suite = load_suite_file(write_suite(tmp_path, tiny_base))
     start = time.time()
     with pytest.raises(ConfigError) as err:
         run_suite(suite, results_root=tmp_path / "results", progress=False)
@@ -293,7 +293,7 @@ def test_bad_ray_address_fails_in_seconds(tmp_path, tiny_base, monkeypatch):
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     port = closed_port()
-    suite = load_suite(write_suite(tmp_path, tiny_base))
+    suite = load_suite_file(write_suite(tmp_path, tiny_base))
     start = time.time()
     with pytest.raises(ConfigError) as err:
         run_suite(suite, results_root=tmp_path / "results", address=f"127.0.0.1:{port}", progress=False)
@@ -360,9 +360,9 @@ def test_first_concurrent_runs_share_a_new_sqlite_store(tmp_path):
 
 
 def test_suite_name_over_100_characters_is_refused(tmp_path, tiny_base):
-    load_suite(write_suite(tmp_path, tiny_base, name="n" * 100))
+    load_suite_file(write_suite(tmp_path, tiny_base, name="n" * 100))
     with pytest.raises(ConfigError, match="suite: the name is 256 characters, over the limit of 100") as err:
-        load_suite(write_suite(tmp_path, tiny_base, name="n" * 256))
+        load_suite_file(write_suite(tmp_path, tiny_base, name="n" * 256))
     assert len(str(err.value)) < 300
 
 
@@ -370,7 +370,7 @@ def test_suite_name_over_100_characters_is_refused(tmp_path, tiny_base):
 def test_results_path_that_is_a_file_is_one_line(tmp_path, tiny_base, where):
     from harness.runner import run_suite
 
-    suite = load_suite(write_suite(tmp_path, tiny_base))
+    suite = load_suite_file(write_suite(tmp_path, tiny_base))
     root = tmp_path / "results"
     if where == "root":
         root.write_text("not a directory")

@@ -88,9 +88,9 @@ def test_lab_config_errors_name_the_key(lab, key):
 
 
 def test_the_lab_suite_loads_and_expands():
-    from harness.suite import expand, load_suite
+    from harness.suite import expand, load_suite_file
 
-    suite = load_suite(REPO / "suites" / "estimator-lab.yaml")
+    suite = load_suite_file(REPO / "suites" / "estimator-lab.yaml")
     trials = expand(suite)
     assert {t.config.algorithm for t in trials} >= {"grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo", "is_none"}
     assert all(t.config.lab is not None for t in trials)

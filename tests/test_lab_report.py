@@ -221,7 +221,7 @@ def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypa
     """`stalebench run` of a lab suite whose trials all finished starts no trial (and no Ray) and only
     computes the sweeps the report will read; run again, it finds them up to date."""
     from harness.cli import main
-    from harness.suite import expand, load_suite
+    from harness.suite import expand, load_suite_file
     from harness.trial import run_trial
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -232,7 +232,7 @@ def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypa
     path.write_text(yaml.safe_dump({"suite": "lab-run", "base": base, "grid": {"algorithm": ["gmc_grpo"],
                                                                                 "delay": [0, 2]}, "seeds": [0]}))
     results = tmp_path / "results"
-    for trial in expand(load_suite(path)):
+    for trial in expand(load_suite_file(path)):
         assert run_trial(trial, results / "lab-run")["status"] == "completed"
     statuses = {p: p.stat().st_mtime_ns for p in (results / "lab-run").glob("*/status.json")}
     assert len(statuses) == 2

@@ -14,7 +14,7 @@ import yaml
 from harness.report import build_report, closing_table
 from harness.report import figures as fig
 from harness.report import paper, tables
-from harness.report.load import load_suite
+from harness.report.load import load_results
 from harness.report.synthetic import provenance, write_trial
 
 EVAL_STEPS = list(range(0, 170, 10))  # 0, 10, ..., 160: a quickstart-like run of 160 steps
@@ -23,7 +23,7 @@ EVAL_STEPS = list(range(0, 170, 10))  # 0, 10, ..., 160: a quickstart-like run o
 def suite_dir(root: Path, name: str = "cases", **report: object) -> Path:
     d = root / name
     d.mkdir(parents=True)
-    suite = {"suite": name, "version": 1}
+    suite = {"suite": name, "version": 1, "base": {}}
     if report:
         suite["report"] = report
     (d / "suite.yaml").write_text(yaml.safe_dump(suite))
@@ -45,7 +45,7 @@ def trial(d: Path, tid: str, algorithm: str, delay: int, seed: int, acc: list[fl
 
 
 def analysis(d: Path) -> tables.Analysis:
-    return tables.analyse(load_suite(d))
+    return tables.analyse(load_results(d))
 
 
 def test_ties_share_a_rank_and_the_leader_names_its_equals(tmp_path):
@@ -238,7 +238,7 @@ def test_facets_sort_numerically(tmp_path):
         for delay in (0, 4):
             trial(d, f"grpo-{g}-{delay}", "grpo", delay, 0, [0.23, 0.4], group_size=g)
     a = analysis(d)
-    plot = fig.PlotData.build(a, load_suite(d).metrics, [])
+    plot = fig.PlotData.build(a, load_results(d).metrics, [])
     assert plot.slices == ["G=4", "G=8", "G=16"]
     assert [t.slice for t in paper.paper_tables(a)] == ["G=4", "G=8", "G=16"]
 

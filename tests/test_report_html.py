@@ -17,6 +17,8 @@ from harness.report import parallel
 from harness.report.synthetic import write_jsonl, write_suite, write_trial
 
 HOSTILE = "<script>alert(1)</script>"
+NAME = "hostile"    # the suite schema refuses a hostile suite name (test_a_hostile_suite_name_is_refused); the
+                    # hostile strings reach the page through the notes, a trial's error and the site's bundle
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
@@ -24,8 +26,8 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 def make_results(root: Path) -> Path:
     """3 algorithms x 2 delays x 2 seeds (grpo collapses at delay 8), plus: a failed trial, a running
     trial (no status.json), a diverged trial (NaN loss), a truncated metrics line, a lab/ dir."""
-    suite = write_suite(root, HOSTILE, ("grpo", "gmc_grpo", "m2po"), (0, 8), (0, 1), collapse_delay=8,
-                        suite_extra={"notes": "<img src=x onerror=alert(2)> notes", "report": {"collapse": {
+    suite = write_suite(root, NAME, ("grpo", "gmc_grpo", "m2po"), (0, 8), (0, 1), collapse_delay=8,
+                        suite_extra={"notes": f"{HOSTILE} <img src=x onerror=alert(2)> notes", "report": {"collapse": {
                             "patience": 2}}})
     base = {"eps": 0.2, "group_size": 8}
     write_trial(suite, {"trial_id": "m2po-d8-s2", "algorithm": "m2po", "delay": 8, "seed": 2, **base},
@@ -51,7 +53,9 @@ def make_results(root: Path) -> Path:
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     suite = make_results(root / "results")
-    index = build_report(suite, root / "reports" / report_html.suite_slug(HOSTILE))
+    index = build_report(suite, root / "reports" / report_html.suite_slug(NAME))
+    bundle = index.parent / "results.json"               # a hand-edited bundle: the site escapes its name
+    bundle.write_text(json.dumps({**json.loads(bundle.read_text()), "suite": HOSTILE}))
     site = build_site(root / "reports")
     return index, site
 
@@ -102,7 +106,7 @@ def test_every_trial_is_listed_with_its_status(built):
     status = {t["trial_id"]: t["status"] for t in bundle["trials"]}
     assert len(status) == 3 * 2 * 2 + 3  # lab/ is not a trial
     assert status["m2po-d8-s2"] == "failed"
-    assert status["gmc_grpo-d8-s2"] == "running"
+    assert status["gmc_grpo-d8-s2"] == "pending"              # no status.json (trialdir.read_record)
     assert status["gmc_grpo-d0-s2"] == "diverged"
     notes = {t["trial_id"]: t["notes"] for t in bundle["trials"]}
     assert "1 unreadable line(s) in metrics.jsonl" in notes["m2po-d0-e0.2-g8-s0"]
@@ -146,6 +150,14 @@ def test_hostile_strings_are_escaped(built):
     assert "&lt;img src=x onerror=alert(2)&gt; notes" in index.read_text()
 
 
+def test_a_hostile_suite_name_is_refused(tmp_path):
+    suite = write_suite(tmp_path, "ok", ("grpo",), (0,), (0,), steps=10)
+    (suite / "suite.yaml").write_text(json.dumps({"suite": HOSTILE, "base": {}}))
+    with pytest.raises(ValueError, match="is not a valid name") as err:
+        build_report(suite, tmp_path / "out")
+    assert "\n" not in str(err.value)
+
+
 def test_site_links_to_suite_page(built):
     index, site = built
     text = site.read_text()
@@ -185,7 +197,7 @@ def test_report_of_only_unfinished_trials(tmp_path):
     suite = tmp_path / "results" / "edge"
     (suite / "t1").mkdir(parents=True)
     (suite / "t2").mkdir()
-    (suite / "suite.yaml").write_text("suite: edge\n")
+    (suite / "suite.yaml").write_text("suite: edge\nbase: {}\n")
     (suite / "t1" / "status.json").write_text('{"status": "failed", "error": "boom"}')
     (suite / "t2" / "metrics.jsonl").write_text('{"step": 1, "loss/value": 1')
     index = build_report(suite, tmp_path / "reports" / "edge")
@@ -193,7 +205,7 @@ def test_report_of_only_unfinished_trials(tmp_path):
     assert bundle["leaderboard"] == [] and bundle["figures"] == []
     notes = {t["trial_id"]: (t["status"], t["notes"]) for t in bundle["trials"]}
     assert notes["t1"] == ("failed", "no params.json")
-    assert notes["t2"] == ("running", "no params.json; no status.json (shown as running); "
+    assert notes["t2"] == ("pending", "no params.json; no status.json (pending); "
                                       "1 unreadable line(s) in metrics.jsonl")
     assert "boom" in index.read_text()
 
@@ -204,10 +216,10 @@ def test_bad_results_dirs_raise_value_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no suite.yaml"):
         build_report(tmp_path / "empty")
-    (tmp_path / "empty" / "suite.yaml").write_text("suite: empty\n")
+    (tmp_path / "empty" / "suite.yaml").write_text("suite: empty\nbase: {}\n")
     with pytest.raises(ValueError, match="no trial directories"):
         build_report(tmp_path / "empty")
-    (tmp_path / "empty" / "suite.yaml").write_text("suite: empty\nreport: {colapse: {}}\n")
+    (tmp_path / "empty" / "suite.yaml").write_text("suite: empty\nbase: {}\nreport: {colapse: {}}\n")
     with pytest.raises(ValueError, match="colapse.*valid keys"):
         build_report(tmp_path / "empty")
     with pytest.raises(ValueError, match="does not exist"):
@@ -357,7 +369,7 @@ def test_report_and_site_in_a_real_browser(built):
             page.click("section.suite-entry h2 a")
             page.wait_for_load_state("load")
             assert page.url == index.resolve().as_uri()
-            assert page.eval_on_selector("h1", "h => h.textContent") == f"stalebench report: {HOSTILE}"
+            assert page.eval_on_selector("h1", "h => h.textContent") == f"stalebench report: {NAME}"
             assert problems == []
         finally:
             browser.close()

@@ -25,7 +25,7 @@ import yaml
 
 from harness.config import ConfigError
 from harness.status import ProgressLine, suite_status
-from harness.suite import expand, load_suite, parse_suite
+from harness.suite import expand, load_suite_file, parse_suite
 from harness.tracking import MlflowSink, RunLog, open_suite_run
 from harness.trialdir import read_jsonl
 
@@ -129,7 +129,7 @@ def test_only_the_runner_package_imports_ray():
 
 def test_status_table_and_counts(tmp_path, tiny_base):
     suite_path = make_suite(tmp_path, "st", tiny_base, {"algorithm": ["grpo", "tis"], "delay": [0, 2]})
-    suite = load_suite(suite_path)
+    suite = load_suite_file(suite_path)
     results = tmp_path / "results" / "st"
     results.mkdir(parents=True)
     (results / "suite.yaml").write_text(suite.source)
@@ -331,7 +331,7 @@ def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
 def test_tune_lr_suite_file_is_valid():
     from harness.runner import parse_tune
 
-    suite = load_suite(REPO / "suites" / "tune-lr.yaml")
+    suite = load_suite_file(REPO / "suites" / "tune-lr.yaml")
     spec = parse_tune(suite)
     assert spec.param == "train.lr" and len(suite.grid["algorithm"]) >= 2
 
@@ -354,7 +354,7 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
     path = make_suite(tmp_path, "e2e", tiny_base, {"algorithm": ["grpo", "gmc_grpo", "tis"], "delay": [0, 2]},
                       overrides={"tis": {"model.path": str(broken)}},
                       resources={"cpu": 1, "max_failures": 1})
-    suite = load_suite(path)
+    suite = load_suite_file(path)
     results = tmp_path / "results"
     counts = run_suite(suite, results_root=results, progress=True)
     out, err = capfd.readouterr()
@@ -414,7 +414,7 @@ def test_sigkill_driver_then_rerun_resumes_without_loss(tmp_path, tiny_base):
 
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 30, "checkpoint_every": 4}, "eval": {"every_steps": 10}}
     path = make_suite(tmp_path, "resume", base, {"algorithm": ["grpo", "gmc_grpo"], "delay": [0, 2]})
-    suite = load_suite(path)
+    suite = load_suite_file(path)
     ids = [t.trial_id for t in expand(suite)]
     results = tmp_path / "results"
     suite_dir = results / "resume"
@@ -490,7 +490,7 @@ def test_worker_crash_is_retried_and_resumes(tmp_path, tiny_base, monkeypatch, c
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 40, "checkpoint_every": 4}}
-    suite = load_suite(make_suite(tmp_path, "crash", base, {"algorithm": ["grpo"]}, resources={"max_failures": 1}))
+    suite = load_suite_file(make_suite(tmp_path, "crash", base, {"algorithm": ["grpo"]}, resources={"max_failures": 1}))
     trial_dir = tmp_path / "results" / "crash" / expand(suite)[0].trial_id
     killed = []
 
@@ -523,7 +523,7 @@ def test_tune_suite_equal_budget_and_overrides(tmp_path, tiny_base, monkeypatch)
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 4}, "eval": {"every_steps": 2}}
-    suite = load_suite(make_suite(tmp_path, "tn", base, {"algorithm": ["grpo", "tis"], "delay": [4]},
+    suite = load_suite_file(make_suite(tmp_path, "tn", base, {"algorithm": ["grpo", "tis"], "delay": [4]},
                                   tune={"param": "train.lr", "low": 1e-5, "high": 1e-2, "trials_per_algorithm": 3}))
     path = tune_suite(suite, results_root=tmp_path / "results")
     assert path == tmp_path / "results" / "tn" / "tuned-overrides.yaml"
@@ -556,7 +556,7 @@ def test_run_suite_on_a_ray_cluster_with_shared_storage(tmp_path, tiny_base, mon
         assert head.returncode == 0, out
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
         monkeypatch.setenv("STALEBENCH_STORAGE_PATH", str(tmp_path / "shared" / "ray"))
-        suite = load_suite(make_suite(tmp_path, "cluster", tiny_base, {"algorithm": ["grpo", "tis"]}))
+        suite = load_suite_file(make_suite(tmp_path, "cluster", tiny_base, {"algorithm": ["grpo", "tis"]}))
         counts = run_suite(suite, results_root=tmp_path / "results", address=f"127.0.0.1:{port}")
         assert counts == {"completed": 2}
         assert [p.name.startswith("cluster-") for p in (tmp_path / "shared" / "ray").iterdir()] == [True]

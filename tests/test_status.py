@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.status import ProgressLine, count_statuses, printable, read_status, suite_status
+from harness.status import ProgressLine, count_statuses, printable, suite_status
+from harness.trialdir import read_status
 
 ESCAPES = ["\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m", "\r", "\x08", "\u202e"]  # clear, retitle, CSI, CR, BS, RTL
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.config import ConfigError
-from harness.suite import expand, load_suite, parse_suite, select, trial_id
+from harness.suite import expand, load_suite_file, parse_suite, select, trial_id
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}}
@@ -35,7 +35,7 @@ def suite_dict(**changes) -> dict:
 
 
 def test_cross_product_ids_and_order(tmp_path):
-    trials = expand(load_suite(write(tmp_path, suite_dict())))
+    trials = expand(load_suite_file(write(tmp_path, suite_dict())))
     # 2 algorithms × 2 delays × 1 eps × 1 group size × 2 seeds = 8, algorithm-major, seeds innermost
     assert [t.trial_id for t in trials] == [
         "grpo-d0-e0.2-g8-s0", "grpo-d0-e0.2-g8-s1", "grpo-d16-e0.2-g8-s0", "grpo-d16-e0.2-g8-s1",
@@ -49,14 +49,14 @@ def test_cross_product_ids_and_order(tmp_path):
 def test_ids_are_deterministic_and_independent_of_key_order(tmp_path):
     a = suite_dict()
     b = suite_dict(grid={"group_size": [8], "eps": [0.2], "delay": [16, 0], "algorithm": ["gmc_grpo", "grpo"]})
-    ids_a = {t.trial_id for t in expand(load_suite(write(tmp_path, a, "a.yaml")))}
-    ids_b = {t.trial_id for t in expand(load_suite(write(tmp_path, b, "b.yaml")))}
+    ids_a = {t.trial_id for t in expand(load_suite_file(write(tmp_path, a, "a.yaml")))}
+    ids_b = {t.trial_id for t in expand(load_suite_file(write(tmp_path, b, "b.yaml")))}
     assert ids_a == ids_b
     assert trial_id({"algorithm": "gmc_grpo", "delay": 16, "eps": 0.2, "group_size": 8, "seed": 0}) == "gmc_grpo-d16-e0.2-g8-s0"
 
 
 def test_other_grid_keys_use_their_last_name_segment(tmp_path):
-    trials = expand(load_suite(write(tmp_path, suite_dict(grid={"algorithm": ["grpo"], "train.lr": [0.0001, 0.001]},
+    trials = expand(load_suite_file(write(tmp_path, suite_dict(grid={"algorithm": ["grpo"], "train.lr": [0.0001, 0.001]},
                                                           seeds=[3]))))
     assert [t.trial_id for t in trials] == ["grpo-lr0.0001-s3", "grpo-lr0.001-s3"]
     assert [t.config.train.lr for t in trials] == [1e-4, 1e-3]
@@ -64,7 +64,7 @@ def test_other_grid_keys_use_their_last_name_segment(tmp_path):
 
 def test_overrides_apply_per_estimator_and_grid_wins(tmp_path):
     data = suite_dict(overrides={"gmc_grpo": {"train.lr": 3e-5, "eps": 0.1}, "grpo": {"train.steps": 7}})
-    trials = {t.trial_id: t for t in expand(load_suite(write(tmp_path, data)))}
+    trials = {t.trial_id: t for t in expand(load_suite_file(write(tmp_path, data)))}
     gmc, grpo = trials["gmc_grpo-d0-e0.2-g8-s0"], trials["grpo-d0-e0.2-g8-s0"]
     assert gmc.config.train.lr == 3e-5 and gmc.config.train.steps == 10
     assert gmc.config.eps == 0.2                    # the grid point beats the override
@@ -73,17 +73,17 @@ def test_overrides_apply_per_estimator_and_grid_wins(tmp_path):
 
 def test_estimator_params_through_overrides(tmp_path):
     data = suite_dict(grid={"algorithm": ["grpo", "m2po"]}, overrides={"m2po": {"params.tau": 0.02}})
-    trials = {t.config.algorithm: t for t in expand(load_suite(write(tmp_path, data)))}
+    trials = {t.config.algorithm: t for t in expand(load_suite_file(write(tmp_path, data)))}
     assert trials["m2po"].config.params["tau"] == 0.02 and dict(trials["grpo"].config.params) == {}
 
 
 def test_no_grid_is_one_trial_per_seed(tmp_path):
-    trials = expand(load_suite(write(tmp_path, {"suite": "one", "base": {"algorithm": "tis"}, "seeds": [0, 1]})))
+    trials = expand(load_suite_file(write(tmp_path, {"suite": "one", "base": {"algorithm": "tis"}, "seeds": [0, 1]})))
     assert [t.trial_id for t in trials] == ["s0", "s1"] and trials[0].config.algorithm == "tis"
 
 
 def test_select(tmp_path):
-    trials = expand(load_suite(write(tmp_path, suite_dict())))
+    trials = expand(load_suite_file(write(tmp_path, suite_dict())))
     assert select(trials, "algorithm=gmc_grpo,delay=16,seed=0").trial_id == "gmc_grpo-d16-e0.2-g8-s0"
     assert select(trials, "algo=grpo, delay=0, seed=1").trial_id == "grpo-d0-e0.2-g8-s1"
     assert select(trials, "id=grpo-d16-e0.2-g8-s1").params["seed"] == 1
@@ -98,7 +98,7 @@ def test_select(tmp_path):
 
 def test_suite_keeps_source_and_hash(tmp_path):
     path = write(tmp_path, suite_dict())
-    suite = load_suite(path)
+    suite = load_suite_file(path)
     assert suite.source == path.read_text() and len(suite.sha256) == 64
 
 
@@ -140,13 +140,28 @@ BAD = [
     ("bad-max-failures", suite_dict(resources={"max_failures": -2}), "resources.max_failures: must be between 0 and 10"),
     ("colliding-ids", suite_dict(grid={"eps": [0.2, "0.2"]}), "get the same id"),
     ("notes-not-string", suite_dict(notes=["a"]), "notes: expected a string"),
+    # every section is the schema's (harness/schema.py), checked by `stalebench check`, not after the run
+    ("report-unknown-key", suite_dict(report={"colapse": {}}), "report.colapse: unknown key; valid keys: baseline"),
+    ("report-bad-rule", suite_dict(report={"collapse": {"patience": 0}}), "report.collapse.patience must be an integer"),
+    ("report-unknown-rule", suite_dict(report={"collapse": {"patiense": 2}}), "report.collapse: unknown collapse rule"),
+    ("report-foreign-baseline", suite_dict(report={"baseline": "tis"}), "report.baseline: 'tis' is not an estimator of"),
+    ("tune-reversed-range", suite_dict(tune={"param": "train.lr", "low": 1e-3, "high": 1e-5}), "need 0 < low < high"),
+    ("tune-unknown-key", suite_dict(tune={"param": "train.lr", "low": 1e-5, "high": 1e-3, "trails": 2}),
+     "tune.trails: unknown key"),
+    ("tune-bound-refused", suite_dict(tune={"param": "train.temperature", "low": 1e-5, "high": 1e-3},
+                                      base={**BASE, "train": {**BASE["train"], "temperature": "x"}}),
+     "base.train.temperature: expected float"),
+    # what a trial kind cannot honour (kinds.py): a lab trial takes one update per batch
+    ("lab-two-updates", suite_dict(base={**BASE, "lab": {"measure_groups": 0}, "train": {**BASE["train"],
+                                                                                       "updates_per_batch": 2}}),
+     "train.updates_per_batch: a lab trial takes one optimizer update per batch"),
 ]
 
 
 @pytest.mark.parametrize("name,data,needle", BAD, ids=[b[0] for b in BAD])
 def test_bad_suite_is_one_line_naming_the_key(tmp_path, name, data, needle):
     with pytest.raises(ConfigError) as err:
-        load_suite(write(tmp_path, data))
+        load_suite_file(write(tmp_path, data))
     message = str(err.value)
     assert needle in message
     assert "\n" not in message and len(message) < 600
@@ -154,7 +169,7 @@ def test_bad_suite_is_one_line_naming_the_key(tmp_path, name, data, needle):
 
 def test_missing_suite_file(tmp_path):
     with pytest.raises(ConfigError, match="no such suite file"):
-        load_suite(tmp_path / "nope.yaml")
+        load_suite_file(tmp_path / "nope.yaml")
 
 
 def test_parse_suite_is_pure():

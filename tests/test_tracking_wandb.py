@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness.config import ConfigError
-from harness.suite import Trial, load_suite, parse_suite
+from harness.suite import Trial, load_suite_file, parse_suite
 from harness.tracking import Mirrors, MlflowTarget, WandbTarget, open_suite_run, require_wandb
 from harness.tracking.config import WandbConfig
 from harness.tracking.wandb_sink import WandbSink, run_id
@@ -55,7 +55,7 @@ def test_tracking_is_not_part_of_a_trials_identity(tmp_path):
     plain.write_text(yaml.safe_dump({k: v for k, v in _suite({}).items() if k != "tracking"}))
     mirrored.write_text(yaml.safe_dump(_suite({"wandb": {"mode": "offline"}})))
     from harness.suite import expand
-    (a,), (b,) = expand(load_suite(plain)), expand(load_suite(mirrored))
+    (a,), (b,) = expand(load_suite_file(plain)), expand(load_suite_file(mirrored))
     assert (a.trial_id, a.config) == (b.trial_id, b.config)
 
 

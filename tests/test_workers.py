@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from harness.config import ConfigError, build_run_config
-from harness.suite import Resources, Trial, load_suite
+from harness.suite import Resources, Trial, load_suite_file
 from harness.trial import run_trial, run_trial_worker
 from harness.trialdir import read_jsonl, read_status
 
@@ -237,7 +237,7 @@ def test_stalebench_run_trains_two_deepspeed_workers_one_trial_at_a_time(tmp_pat
     base["model"] = {"backend": "deepspeed", "zero_stage": 1}
     path = tmp_path / "w2.yaml"
     path.write_text(yaml.safe_dump({"suite": "w2", "base": base, "seeds": [0, 1], "resources": {"cpu": 1}}))
-    counts = run_suite(load_suite(path), results_root=tmp_path / "results", progress=False)
+    counts = run_suite(load_suite_file(path), results_root=tmp_path / "results", progress=False)
     assert counts == {"completed": 2}
     suite_dir = tmp_path / "results" / "w2"
     spans = sorted((json.loads((suite_dir / t / "provenance.json").read_text())["started_utc"],

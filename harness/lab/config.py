@@ -8,6 +8,9 @@ fixed-policy sweeps of the report section (harness/lab/sweeps.py), computed from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
 
 REWARD_KINDS = ("binary", "uniform")
 DIVERGENCES = ("delay", "kl")
@@ -37,8 +40,6 @@ class LabConfig:
     sweep_fit_min_g: int = 8               # the log-log fit of bias vs G uses G >= this
 
     def validate(self, key: str) -> None:
-        from ..errors import ConfigError
-
         if self.vocab < 2 or self.length < 1 or self.vocab ** self.length > 100_000:
             raise ConfigError(f"{key}: need vocab >= 2, length >= 1 and vocab**length <= 100000; "
                               f"got vocab={self.vocab}, length={self.length}")
@@ -69,3 +70,25 @@ class LabConfig:
                               f"got {self.sweep_max_groups}")
         if self.sweep_group_size < 2:
             raise ConfigError(f"{key}.sweep_group_size: must be >= 2; got {self.sweep_group_size}")
+
+
+def check_supported(cfg: Any) -> None:
+    """The settings of `cfg` (a config.RunConfig, which imports this module) that a lab trial cannot honour,
+    refused in one line naming the key (at check time, through the lab's trial kind: harness/lab/kind.py;
+    and again when the trial starts)."""
+    lab = cfg.lab or LabConfig()
+    K = cfg.train.prompts_per_step
+    refusals = [
+        (cfg.train.updates_per_batch != 1, "train.updates_per_batch: a lab trial takes one optimizer update per "
+                                           "batch; set train.updates_per_batch: 1"),
+        (cfg.train.kl_beta != 0, "train.kl_beta: a lab trial has no KL penalty; set train.kl_beta: 0"),
+        (cfg.async_ is not None, "async: a lab trial uses the exact delay only; remove the async section"),
+        (cfg.train.workers > 1, "train.workers: an estimator-lab trial runs in one process; remove train.workers"),
+        (cfg.train.advantage == "std" and lab.reward != "binary",
+         "train.advantage: 'std' needs lab.reward: binary (exact target); or use train.advantage: mean"),
+        (0 < lab.measure_groups < 2 * K, f"lab.measure_groups: {lab.measure_groups} must be 0 or at least two batches "
+                                         f"of train.prompts_per_step = {K} groups"),
+    ]
+    for refused, reason in refusals:
+        if refused:
+            raise ConfigError(reason)

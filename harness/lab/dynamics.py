@@ -48,30 +48,13 @@ from algorithms import LossInputs, compute_loss, group_advantages
 
 from . import estimate, policy
 from ..trialdir import Outcome
-from .config import LabConfig
+from .config import LabConfig, check_supported
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
     from harness.tracking import RunLog
 
 MEASURE_KEYS = ("bias_true", "bias_tis", "bias_is", "second_moment", "mse", "cosine")
-
-
-def check_supported(cfg: "RunConfig") -> None:
-    """Raise ValueError for run-config settings a lab trial cannot honour."""
-    if cfg.train.updates_per_batch != 1:
-        raise ValueError("lab trials take one optimizer update per batch; set train.updates_per_batch: 1")
-    if cfg.train.kl_beta != 0:
-        raise ValueError("lab trials have no KL penalty; set train.kl_beta: 0")
-    if cfg.async_ is not None:
-        raise ValueError("lab trials use the exact delay only; remove the async section")
-    lab = cfg.lab or LabConfig()
-    if cfg.train.advantage == "std" and lab.reward != "binary":
-        raise ValueError("advantage 'std' needs lab.reward: binary (exact target); or use train.advantage: mean")
-    K = cfg.train.prompts_per_step
-    if 0 < lab.measure_groups < 2 * K:
-        raise ValueError(f"lab.measure_groups ({lab.measure_groups}) must be 0 or at least two batches of "
-                         f"train.prompts_per_step = {K} groups")
 
 
 def make_setup(cfg: "RunConfig") -> tuple[policy.Problem, torch.Tensor]:
@@ -156,9 +139,9 @@ def run_lab_trial(cfg: "RunConfig", log: "RunLog", start: Callable[[], None]) ->
     """Train the synthetic policy with delayed SGD, log rows, measure; `start()` writes the trial's start
     records (trial.run_trial's lifecycle). Lab trials are short and always start from step 0."""
     check_supported(cfg)
+    torch.set_num_threads(cfg.train.threads)     # before start(): provenance records the threads
     start()
     lab = cfg.lab or LabConfig()
-    torch.set_num_threads(cfg.train.threads)
     problem, theta0 = make_setup(cfg)
     gen = torch.Generator().manual_seed(int(cfg.seed))
     steps, d = cfg.train.steps, cfg.delay

@@ -92,7 +92,6 @@ def read_trials(results_dir: Path) -> list[LabTrial]:
         if params is None:
             continue
         config = trialdir.read_config(d) or {}
-        status = trialdir.read_status(d)
         rows = [r for r in trialdir.scan_rows(d, trialdir.EVALS)[0] if isinstance(r.get("eval/acc"), (int, float))]
         rows.sort(key=lambda r: r.get("step", 0))
         measured = next((r for r in reversed(rows) if "lab/bias_true" in r), {})
@@ -104,7 +103,7 @@ def read_trials(results_dir: Path) -> list[LabTrial]:
             group_size=int(get("group_size", 0)), seed=int(get("seed", 0)), ignored=ignored,
             other=tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in params.items()
                                if k not in KNOWN_KEYS)),
-            status=str(status.get("status", "running")),
+            status=trialdir.read_record(d).status,
             steps=np.array([float(r.get("step", 0)) for r in rows]),
             acc=np.array([float(r["eval/acc"]) for r in rows]),
             measured={k: float(v) for k, v in measured.items()

@@ -7,7 +7,8 @@ suite file of the results directory (suite.yaml), so a report never shows sweeps
     {"key": <sha256 of the inputs, 16 hex digits>, "inputs": {...}, "data": <run_sweeps' result>}
 
 `read_sweeps` returns the data, or None with the reason in one phrase ("missing", "computed for other
-inputs", "unreadable"). Stdlib and yaml only.
+inputs", "unreadable"). The inputs come from the suite schema's typed base config (every default filled
+in by the run config's own dataclasses, never re-typed here). Torch-free.
 """
 from __future__ import annotations
 
@@ -16,34 +17,31 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ..config import to_dict
+from ..errors import ConfigError
+from ..schema import Suite, read_suite_yaml
+from ..trialdir import LAB_DIR, suite_file
 
-SWEEP_FILE = Path("lab") / "sweeps.json"
-SWEEP_VERSION = 3
+SWEEP_FILE = Path(LAB_DIR) / "sweeps.json"
+SWEEP_VERSION = 4             # 4: every input resolved from the typed base config (lab defaults included)
 
 
-def sweep_inputs(suite: dict[str, Any]) -> dict[str, Any] | None:
-    """The sweeps' inputs from suite.yaml (None when the base config has no lab section)."""
-    base = suite.get("base") or {}
-    if not isinstance(base, dict) or base.get("lab") is None:
+def sweep_inputs(suite: Suite) -> dict[str, Any] | None:
+    """The sweeps' inputs from the suite's base config (None when it has no lab section)."""
+    base = suite.base_config()
+    if base.lab is None:
         return None
-    train = base.get("train") or {}
-    grid = suite.get("grid") or {}
-    algorithms = grid.get("algorithm") or [base.get("algorithm", "grpo")]
-    return {"version": SWEEP_VERSION, "lab": base.get("lab") or {}, "eps": float(base.get("eps", 0.2)),
-            "algorithms": sorted(map(str, algorithms)), "adv_mode": str(train.get("advantage", "std")),
-            "aggregation": str(train.get("aggregation", "token-mean")),
-            "batch_groups": train.get("prompts_per_step"),          # None: the run config's default
-            "params": {str(base.get("algorithm", "grpo")): dict(base.get("params") or {})}}
+    return {"version": SWEEP_VERSION, "lab": to_dict(base.lab), "eps": base.eps, "algorithms": sorted(suite.algorithms),
+            "adv_mode": base.train.advantage, "aggregation": base.train.aggregation,
+            "batch_groups": base.train.prompts_per_step, "params": {base.algorithm: dict(base.params)}}
 
 
 def suite_sweep_inputs(results_dir: Path) -> dict[str, Any] | None:
-    """sweep_inputs of <results_dir>/suite.yaml; None for a non-lab suite or a missing/unreadable file."""
+    """sweep_inputs of <results_dir>/suite.yaml; None for a non-lab suite or a missing/invalid file."""
     try:
-        suite = yaml.safe_load((Path(results_dir) / "suite.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        return sweep_inputs(read_suite_yaml(suite_file(results_dir)))
+    except (ConfigError, OSError):
         return None
-    return sweep_inputs(suite) if isinstance(suite, dict) else None
 
 
 def sweep_key(inputs: dict[str, Any]) -> str:

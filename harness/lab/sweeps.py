@@ -26,7 +26,7 @@ import torch
 
 from algorithms import prepare_context
 
-from ..config import TrainConfig, from_dict
+from ..config import from_dict
 from . import estimate, policy
 from .config import LabConfig
 from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs, write_sweeps
@@ -49,9 +49,8 @@ def store_sweeps(results_dir: Path) -> str | None:
         return f"lab: fixed-policy sweeps up to date in {Path(results_dir) / SWEEP_FILE}"
     lab = from_dict(LabConfig, inputs["lab"], "base.lab")
     lab.validate("base.lab")
-    batch_groups = inputs["batch_groups"] or TrainConfig().prompts_per_step
     data = run_sweeps(lab, eps=inputs["eps"], algorithms=inputs["algorithms"], adv_mode=inputs["adv_mode"],
-                      aggregation=inputs["aggregation"], params=inputs["params"], batch_groups=int(batch_groups))
+                      aggregation=inputs["aggregation"], params=inputs["params"], batch_groups=inputs["batch_groups"])
     path = write_sweeps(results_dir, inputs, data)
     return f"lab: fixed-policy sweeps computed in {data['config']['seconds']} s -> {path}"
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from harness.report import stats
-from harness.report.load import load_suite
+from harness.report.load import load_results
 from harness.report.tables import FINISHED, analyse
 
 
 def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str]]:
-    res = load_suite(Path(results_dir))
+    res = load_results(Path(results_dir))
     a = analyse(res)
     keys = ["algorithm", "delay", *a.other]
     done = a.cell_trials[a.cell_trials["status"].isin(FINISHED)]

@@ -26,9 +26,10 @@ import pandas as pd
 from harness import trialdir
 from harness.report import figures as fig
 from harness.report import paper, stats, tables
-from harness.report.load import SuiteResults, load_suite
+from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
+from harness.schema import DEFAULT_BASELINE
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
@@ -47,10 +48,10 @@ class Section:
 
 
 def extra_sections(results_dir: Path, out_dir: Path) -> list[Section]:
-    """Sections other producers add to a suite's report: the estimator lab's, for suites with a `lab:`
-    base config (its figures are written straight into `out_dir`)."""
-    from harness.lab.report import lab_sections
-    return [Section(title, blocks) for title, blocks in lab_sections(results_dir, out_dir)]
+    """Sections the trial kinds add to a suite's report (kinds.py; the estimator lab's for a suite with a
+    `lab:` base config): read from the stored files, figures written straight into `out_dir`."""
+    from harness.kinds import kinds
+    return [Section(title, blocks) for kind in kinds() for title, blocks in kind.report_sections(results_dir, out_dir)]
 
 
 def benchmark_sections(res: SuiteResults) -> list[Section]:
@@ -59,7 +60,7 @@ def benchmark_sections(res: SuiteResults) -> list[Section]:
     standard error (problems)."""
     rows = []
     for r in res.trials.to_dict("records"):
-        scores, _ = trialdir.read_object(res.path / str(r["trial_id"]) / "benchmarks" / "results.json")
+        scores = trialdir.read_benchmarks(res.path / str(r["trial_id"]))
         if scores and isinstance(scores.get("benchmarks"), dict):
             rows.append((r, scores["benchmarks"]))
     if not rows:
@@ -113,7 +114,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
     ``out_dir`` defaults to ``reports/<suite>`` (the suite name made filesystem-safe). Raises
     ValueError for a missing results dir, one without suite.yaml, or one without trials.
     """
-    res = load_suite(Path(results_dir))
+    res = load_results(Path(results_dir))
     out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
@@ -188,7 +189,7 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
     low = bool((a.board["seeds"] < stats.MIN_CONFIDENT_SEEDS).any()) if len(a.board) else False
     return {
         "suite": res.name,
-        "notes": str(res.suite.get("notes") or ""),
+        "notes": res.suite.notes,
         "baseline": res.settings.baseline,
         "top_delay": show(a.top_delay),
         "leaderboard": {"columns": columns, "rows": cell_rows(a.board, columns)},
@@ -252,7 +253,7 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
         except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
             suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {exc}"})
             continue
-        columns = leaderboard_columns([], bundle.get("baseline", "grpo"), compact=True)
+        columns = leaderboard_columns([], bundle.get("baseline", DEFAULT_BASELINE), compact=True)
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
                        "largest_delay": show(bundle.get("largest_delay")),
                        "date": bundle.get("rendered", {}).get("date_utc", ""),

@@ -6,8 +6,8 @@ Layout (written by the suite runner)::
     results/<suite>/<trial_id>/{params.json, config.yaml, metrics.jsonl, eval.jsonl, status.json,
                                 provenance.json}
 
-Files may be missing or partial: a trial without status.json is shown as ``running``, an unreadable
-status.json as ``failed``, and unparseable JSONL lines (e.g. a truncated last line) are skipped and
+Files may be missing or partial: a trial without a readable status.json is shown as ``pending``
+(trialdir.read_record: what the runner will do with it), and unparseable JSONL lines (e.g. a truncated last line) are skipped and
 counted in the trial's ``notes``. No trial directory is dropped. A ``lab/`` directory (estimator lab
 output) and hidden directories are not trials. config.yaml is not read: params.json holds the grid point.
 
@@ -25,18 +25,18 @@ import hashlib
 import json
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from harness import trialdir
-from harness.report.collapse import CollapseRules
+from harness.errors import ConfigError
 from harness.report.parallel import fork_map
+from harness.schema import ReportSection, Suite, read_suite_yaml
 
 TRIAL_FILES = trialdir.RECORD
 METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses
@@ -49,38 +49,15 @@ RESERVED_PARAMS = ("trial_id", "seed", *LIST_PARAMS)  # params.json keys that do
 CELL_AXES = ("algorithm", "delay")  # the two cell keys every report is organised by
 
 
-@dataclass(frozen=True)
-class ReportSettings:
-    """The optional ``report:`` section of suite.yaml."""
-
-    collapse: CollapseRules = field(default_factory=CollapseRules)
-    baseline: str = "grpo"  # algorithm the probability of improvement is measured against
-
-    @classmethod
-    def from_suite(cls, suite: dict[str, Any]) -> ReportSettings:
-        """Parse ``suite["report"]`` strictly: an unknown key raises ValueError naming the valid keys."""
-        section = suite.get("report") or {}
-        if not isinstance(section, dict):
-            raise ValueError(f"suite.yaml 'report' must be a mapping, got {type(section).__name__}")
-        valid = ["collapse", "baseline"]
-        unknown = sorted(set(section) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown} in suite.yaml 'report'; valid keys: {valid}")
-        return cls(
-            collapse=CollapseRules.from_mapping(section.get("collapse")),
-            baseline=str(section.get("baseline", "grpo")),
-        )
-
-
 @dataclass
 class SuiteResults:
     """Everything the report needs from one results directory."""
 
     path: Path
     name: str  # the suite's `suite:` name (user text: escape before rendering)
-    suite: dict[str, Any]  # suite.yaml contents
+    suite: Suite  # suite.yaml, parsed by the suite schema
     suite_sha256: str
-    settings: ReportSettings
+    settings: ReportSection  # the suite's `report:` section
     param_keys: list[str]  # params.json keys that define a cell (all but trial_id and seed)
     trials: pd.DataFrame  # one row per trial directory: trial_id, status, last_step, error, ... + params
     metrics: pd.DataFrame  # long (trial_id, step, loss_nonfinite, METRIC_KEYS..., diagnostics...)
@@ -150,16 +127,6 @@ def _curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.nd
     return {"step": steps[idx].astype(np.int64), **{k: v[keep][idx] for k, v in cols.items()}}
 
 
-def _read_status(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
-    """status.json as a dict, with notes for a missing or unreadable file."""
-    status, problem = trialdir.load(trial_dir, trialdir.STATUS)
-    if problem == "missing":
-        return {"status": "running"}, ["no status.json (shown as running)"]
-    if status is None:
-        return {"status": "failed", "error": "unreadable status.json"}, ["unreadable status.json"]
-    return status, []
-
-
 def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """params.json with non-scalar values flattened to JSON text, with a note when missing/unreadable."""
     params, problem = trialdir.load(trial_dir, trialdir.PARAMS)
@@ -196,30 +163,29 @@ def _trial_dirs(results_dir: Path) -> list[Path]:
                   if trialdir.is_trial_dir(d) and any((d / f).exists() for f in TRIAL_FILES))
 
 
-def _read_suite(results_dir: Path) -> tuple[dict[str, Any], str]:
-    """suite.yaml contents and its sha256; ValueError naming the path when it is not a suite dir."""
+def _read_suite(results_dir: Path) -> tuple[Suite, str]:
+    """suite.yaml through the suite schema, and its sha256; ValueError naming the path when it is not a
+    suite dir or the file does not parse (the same one-line error `stalebench check` gives)."""
     if not results_dir.is_dir():
         raise ValueError(f"results dir {results_dir} does not exist; pass results/<suite> written by "
                          "`stalebench run`")
-    path = results_dir / "suite.yaml"
+    path = trialdir.suite_file(results_dir)
     if not path.is_file():
         raise ValueError(f"{results_dir} is not a suite results dir (no suite.yaml); pass results/<suite> "
                          "written by `stalebench run`")
-    raw = path.read_bytes()
     try:
-        suite = yaml.safe_load(raw) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML ({exc.__class__.__name__}); fix or re-copy it") from exc
-    if not isinstance(suite, dict):
-        raise ValueError(f"{path} must be a YAML mapping; fix or re-copy it")
-    return suite, hashlib.sha256(raw).hexdigest()
+        suite = read_suite_yaml(path)
+    except ConfigError as exc:
+        raise ValueError(f"{exc}; fix or re-copy it") from None
+    return suite, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray],
                                           dict[str, Any] | None]:
     """One trial: its table row (params, status, notes), metric curve, eval curve and provenance."""
     params, notes = _read_params(trial_dir)
-    status, status_notes = _read_status(trial_dir)
+    record = trialdir.read_record(trial_dir)
+    status_notes = [record.note] if record.note else []
     prov, prov_notes = _read_provenance(trial_dir)
     metric_rows, bad_m = trialdir.scan_rows(trial_dir, trialdir.METRICS)
     eval_rows, bad_e = trialdir.scan_rows(trial_dir, trialdir.EVALS)
@@ -230,10 +196,10 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
         "trial_id": trial_dir.name,
         **{k: v for k, v in params.items() if k != "trial_id"},
         "has_params": bool(params),
-        "status": str(status.get("status", "running")),
-        "last_step": status.get("step"),
-        "error": str(status.get("error") or ""),
-        "diverged_step": status.get("diverged_step"),
+        "status": record.status,
+        "last_step": record.step,
+        "error": record.error,
+        "diverged_step": record.diverged_step,
         "notes": "; ".join(notes),
     }
     for key in LIST_PARAMS:
@@ -241,11 +207,10 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
     return row, _curve(metric_rows, _metric_keys(metric_rows)), _curve(eval_rows, (ACC_KEY,)), prov
 
 
-def load_suite(results_dir: Path) -> SuiteResults:
+def load_results(results_dir: Path) -> SuiteResults:
     """Load ``results_dir`` (results/<suite>). Raises ValueError for a missing or non-suite dir."""
     results_dir = Path(results_dir)
     suite, sha = _read_suite(results_dir)
-    settings = ReportSettings.from_suite(suite)
     dirs = _trial_dirs(results_dir)
     if not dirs:
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
@@ -266,10 +231,10 @@ def load_suite(results_dir: Path) -> SuiteResults:
                   ("has_params", "status", "last_step", "error", "diverged_step", "notes")]
     return SuiteResults(
         path=results_dir,
-        name=str(suite.get("suite", results_dir.resolve().name)),
+        name=suite.name,
         suite=suite,
         suite_sha256=sha,
-        settings=settings,
+        settings=suite.report,
         param_keys=param_keys,
         trials=trials,
         metrics=_long_frame(metric_parts),

@@ -102,8 +102,8 @@ def write_suite(root: Path, name: str, algorithms: tuple[str, ...], delays: tupl
     suite_dir.mkdir(parents=True, exist_ok=True)
     grid = {"algorithm": list(algorithms), "delay": list(delays), "eps": list(eps),
             "group_size": list(group_sizes)}
-    suite = {"suite": name, "version": 1, "grid": grid, "seeds": list(seeds), **(suite_extra or {})}
-    (suite_dir / "suite.yaml").write_text(yaml.safe_dump(suite, sort_keys=False), encoding="utf-8")
+    suite = {"suite": name, "version": 1, "base": {}, "grid": grid, "seeds": list(seeds), **(suite_extra or {})}
+    trialdir.suite_file(suite_dir).write_text(yaml.safe_dump(suite, sort_keys=False), encoding="utf-8")
     rng = np.random.default_rng(0)
     for algo, delay, e, g, seed in product(algorithms, delays, eps, group_sizes, seeds):
         params = {"trial_id": f"{algo}-d{delay}-e{e}-g{g}-s{seed}", "algorithm": algo, "delay": delay,

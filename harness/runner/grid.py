@@ -9,52 +9,50 @@ Resume (kill the driver at any moment, even with SIGKILL, and run the same comma
   it again and steps it already holds are skipped (tracking.RunLog.start, MlflowSink), so MLflow ends up
   with every step exactly once.
 Results whose resolved config differs from the suite's are never taken as finished (trial.check_identity).
-A suite with a `lab:` base config also gets its fixed-policy sweeps computed and stored after its trials
-(results/<suite>/lab/sweeps.json; a rerun with nothing to do computes only missing ones), so that the
-report only reads.
+After its trials, each trial kind of the suite takes its after-suite step (kinds.py): a lab suite gets
+its fixed-policy sweeps computed and stored (results/<suite>/lab/sweeps.json; a rerun with nothing to do
+computes only missing ones), so that the report only reads.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 
-import yaml
-
 from ..config import ConfigError
-from ..status import ProgressLine, count_statuses, read_status
+from ..kinds import suite_kinds
+from ..session import SuiteSession
+from ..status import ProgressLine, count_statuses
 from ..suite import Suite, Trial, expand, select_trials
-from ..tracking import (Mirrors, TrackingUnreachable, WandbTarget, close_suite_run, default_tracking_uri, prepare_store,
-                        end_orphaned_suite_runs, open_suite_run, probe_tracking_uri, require_wandb, supersede_run)
-from ..trial import MlflowTarget, check_identity
-from ..trialdir import ENDED, FINAL, SUPERSEDED, suite_results_dir
+from ..tracking import (Mirrors, TrackingUnreachable, close_suite_run, default_tracking_uri, end_orphaned_suite_runs,
+                        open_suite_run, prepare_store, probe_tracking_uri, suite_mirrors, supersede_run)
+from ..trial import MlflowTarget
+from ..trialdir import ENDED, SUITE_FILE, SUPERSEDED, read_status
 from .console import ProgressThread, Say, printer
 from .ray_tune import check_fits, fit, ray_session
 
 def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: str | None = None,
-              progress: bool = True, on_change: str = "error", only: list[str] = ()) -> dict[str, int]:
+              progress: bool = True, on_change: str = "error", only: list[str] = (),
+              trials: list[Trial] | None = None) -> dict[str, int]:
     """Run every trial of `suite` not yet completed or diverged; returns {status: number of trials}.
 
-    Existing results whose resolved config differs from the suite's are never taken as finished
-    (trial.check_identity; `on_change` says what to do). Raises KeyboardInterrupt when interrupted
-    (Ctrl+C) after Tune stopped the trials; running the same suite again resumes them."""
-    suite_dir = suite_results_dir(results_root, suite.name)
-    trials = select_trials(expand(suite), only)
-    ids = [t.trial_id for t in trials]
+    `trials`: the suite's trials as load_suite_file's caller expanded them (None: expanded here).
+    The preflight is the suite session's (session.py: nothing is written before the bases and mirrors
+    are checked); existing results whose resolved config differs from the suite's are never taken as
+    finished (`on_change` says what to do). Raises KeyboardInterrupt when interrupted (Ctrl+C) after
+    Tune stopped the trials; running the same suite again resumes them."""
+    trials = select_trials(expand(suite) if trials is None else trials, only)
     say = printer(progress)
-    verify_bases(trials)                              # before anything is written
-    check_mirrors(suite)
-    superseded = check_identity(trials, suite_dir, on_change)
-    write_suite_file(suite, suite_dir, say)
-    pending = [t for t in trials if read_status(suite_dir / t.trial_id).get("status") not in FINAL]
+    session = SuiteSession.open(suite, trials, Path(results_root), on_change)
+    suite_dir, superseded, ids = session.suite_dir, session.superseded, [t.trial_id for t in trials]
+    pending = session.pending()
     say(f"suite {suite.name}: {len(trials)} trials, {len(trials) - len(pending)} already finished, "
         f"{len(pending)} to run -> {suite_dir}" + (f" ({len(superseded)} rerun after a config change; old "
                                                     f"results in {suite_dir / SUPERSEDED})" if superseded else ""))
     if not pending:
         with contextlib.suppress(Exception):          # tidy up after a driver killed after its last trial
             end_orphaned_suite_runs(tracking_uri(Path(results_root)), suite.name)
-        store_lab_sweeps(suite, suite_dir, say)
+        after_suite(trials, suite_dir, say)
         return count_statuses(suite_dir, ids)
     uri = tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
     store = prepare_store(uri, suite.name)            # a new SQLite store's migrations overlap Ray's start
@@ -76,23 +74,16 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
             close_suite_run(target.tracking_uri, target.parent_run_id, counts, interrupted)
     if interrupted:           # Ctrl+C: Tune stops the trials and returns; the caller sees the interrupt
         raise KeyboardInterrupt(f"{counts.get('running', 0)} trial(s) did not finish")
-    store_lab_sweeps(suite, suite_dir, say)           # after Ray: the sweeps get the machine to themselves
+    after_suite(trials, suite_dir, say)               # after Ray: e.g. the lab's sweeps get the machine to themselves
     return counts
 
 
-def store_lab_sweeps(suite: Suite, suite_dir: Path, say: Say) -> None:
-    """The fixed-policy sweeps of a lab suite, computed once per config (harness/lab/sweeps.store_sweeps).
-    A failure is one line, not a failed run: the trials' results stand, and the report says what is missing."""
-    if suite.base.get("lab") is None:
-        return
-    from ..lab.sweeps import store_sweeps               # torch: only for lab suites
-
-    try:
-        line = store_sweeps(suite_dir)
-    except Exception as exc:  # noqa: BLE001 — reported in one line; running the suite again retries
-        line = f"lab: the fixed-policy sweeps failed ({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''})"
-    if line:
-        say(line)
+def after_suite(trials: list[Trial], suite_dir: Path, say: Say) -> None:
+    """Each trial kind's step after the suite's trials (kinds.py; the lab's fixed-policy sweeps)."""
+    for kind in suite_kinds([t.config for t in trials]):
+        line = kind.after_suite(suite_dir)
+        if line:
+            say(line)
 
 
 def tracking_uri(results_root: Path) -> str:
@@ -105,44 +96,10 @@ def tracking_uri(results_root: Path) -> str:
     return uri
 
 
-def check_mirrors(suite: Suite) -> None:
-    """Stop with one line when a mirror the suite asks for cannot work here (before Ray starts)."""
-    if suite.tracking.wandb is not None:
-        require_wandb(suite.tracking.wandb)
-
-
 def mirrors(suite: Suite, target: MlflowTarget, results_root: Path) -> Mirrors:
-    """Where the suite's trials mirror themselves: their MLflow child runs, and W&B runs when the suite's
-    `tracking.wandb` asks for them (offline runs under <results>/wandb/)."""
-    wandb = suite.tracking.wandb
-    return Mirrors((target, *([WandbTarget.of(wandb, suite.name, results_root)] if wandb is not None else [])))
-
-
-def write_suite_file(suite: Suite, suite_dir: Path, say: Say) -> None:
-    """results/<suite>/suite.yaml: the suite file of the latest run (reports and `status` read it)."""
-    suite_dir.mkdir(parents=True, exist_ok=True)
-    text = suite.source or yaml.safe_dump(
-        {"suite": suite.name, "version": suite.version, "base": suite.base, "grid": suite.grid, "seeds": suite.seeds,
-         **({"overrides": suite.overrides} if suite.overrides else {}), **({"tune": suite.tune} if suite.tune else {})},
-        sort_keys=False)
-    path = suite_dir / "suite.yaml"
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def verify_bases(trials: list[Trial]) -> None:
-    """Check each distinct starting checkpoint once, in the driver (a frozen base's files against its
-    manifest): a damaged or replaced base stops the run with one line before any trial starts."""
-    from ..base_models import base_identity
-
-    seen = set()
-    for t in trials:
-        model = t.config.model
-        key = (model.kind, model.base, model.path)
-        if t.config.lab is None and key not in seen:
-            seen.add(key)
-            base_identity(model)
+    """Where the suite's trials mirror themselves: their MLflow child runs, and the mirrors of the suite's
+    `tracking:` section (tracking.suite_mirrors)."""
+    return suite_mirrors(suite.tracking, target, suite.name, results_root)
 
 
 def open_mlflow(suite: Suite, uri: str, results_root: Path, role: str, pending: int) -> MlflowTarget:
@@ -151,7 +108,7 @@ def open_mlflow(suite: Suite, uri: str, results_root: Path, role: str, pending: 
     artifacts = (results_root / "mlartifacts" / suite.name).resolve().as_uri() if local else None
     tags = {"stalebench.role": role, "stalebench.suite": suite.name, "stalebench.suite_sha256": suite.sha256,
             "stalebench.pending_trials": str(pending)}          # + the driver's host, pid (open_suite_run)
-    suite_file = results_root.resolve() / suite.name / "suite.yaml"
+    suite_file = results_root.resolve() / suite.name / SUITE_FILE
     try:
         experiment_id, run_id = open_suite_run(uri, suite.name, f"{role}-{time.strftime('%Y%m%d-%H%M%S')}", tags,
                                                artifact_location=artifacts, artifacts=(suite_file,))

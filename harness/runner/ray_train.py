@@ -28,11 +28,10 @@ import ray.train
 from ray import tune
 
 from ..config import ConfigError
-from ..status import read_status
 from ..suite import Resources, Trial
 from ..tracking import Target
 from ..trial import TrialFailed, run_trial_worker
-from ..trialdir import FINAL
+from ..trialdir import FINAL, read_status
 
 DRIVER_REQUEST = {"memory": 1}        # what the Tune trial of a multi-worker trial reserves (see above)
 
@@ -126,8 +125,7 @@ def _worker(config: dict) -> None:
         os.chdir(config["cwd"])
     import torch
 
-    trial: Trial = config["trial"]
-    torch.set_num_threads(trial.config.train.threads)
+    trial: Trial = config["trial"]                  # torch threads: the trial kind's run sets them
     if torch.cuda.is_available():            # GPU workers: the device Ray Train assigned (untested on CPU-only CI)
         from ray.train.torch import get_device
         torch.cuda.set_device(get_device())

@@ -21,11 +21,11 @@ import ray
 from ray import tune
 
 from ..config import ConfigError
-from ..status import last_eval, read_status
+from ..status import last_eval
 from ..suite import Resources, Suite, Trial
 from ..tracking import RunLog, Target
 from ..trial import TrialFailed, mirror_params, run_trial
-from ..trialdir import read_evals
+from ..trialdir import lock_path, ray_dir, read_evals, read_status
 from .console import Say
 from .ray_train import alive_nodes, check_workers_fit, concurrent_trials, run_workers, trial_resources
 
@@ -152,7 +152,7 @@ def storage_path(suite_dir: Path) -> str:
     env = os.environ.get(STORAGE_ENV)
     if env:
         return env if "://" in env else str(Path(env).resolve())
-    return str(suite_dir / "ray")
+    return str(ray_dir(suite_dir))
 
 
 def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say: Say) -> None:
@@ -197,13 +197,11 @@ def run_in_worker(trial: Trial, suite_dir: Path, mirror: Target, cwd: str, res: 
     """One trial in this Tune trial's process, or on its train.workers Ray Train workers (ray_train.py)."""
     if os.path.isdir(cwd):             # relative paths in a config mean what they meant to the driver
         os.chdir(cwd)
-    import torch
-    torch.set_num_threads(trial.config.train.threads)
     trial_dir = suite_dir / trial.trial_id
     trial_dir.mkdir(parents=True, exist_ok=True)
     # Exclusive use of the trial directory: a straggling worker of a killed driver finishes (or dies)
     # before the rerun's worker touches the files.
-    with open(trial_dir / ".lock", "w") as lock:
+    with open(lock_path(trial_dir), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if trial.config.train.workers > 1:

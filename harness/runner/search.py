@@ -2,11 +2,9 @@
 estimator with the same budget for each, written as suite `overrides:` (tuned-overrides.yaml)."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,65 +12,26 @@ import ray
 import yaml
 from ray import tune
 
-from ..config import DEFAULT_ESTIMATOR, ConfigError, build_run_config, from_dict
+from ..config import ConfigError
+from ..schema import Suite, TuneSpec
 from ..status import last_eval
-from ..suite import Suite, Trial
+from ..suite import Trial, check_tune_range, resolve_config
+from .. import trialdir
+from ..session import SuiteSession
 from ..tracking import Target, close_suite_run
-from ..trialdir import suite_results_dir
 from .console import Say, printer
-from .grid import check_mirrors, mirrors, open_mlflow, tracking_uri, verify_bases, write_suite_file
+from .grid import mirrors, open_mlflow, tracking_uri
 from .ray_tune import check_fits, error_reason, ray_session, run_in_worker, storage_path
 from .ray_train import alive_nodes, concurrent_trials, trial_resources
 
-@dataclass(frozen=True)
-class TuneSpec:
-    """The suite's `tune:` section."""
-    param: str = "train.lr"                # a float run-config setting, searched log-uniformly
-    low: float = 0.0                       # the range [low, high], 0 < low < high (required)
-    high: float = 0.0
-    trials_per_algorithm: int = 8          # the same budget for every estimator
-    metric: str = "eval/acc"               # objective: this metric in the last row of the trial's eval.jsonl
-    mode: str = "max"                      # max | min
-    sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
-    delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
-                                           # update per batch: there every estimator's gradient equals grpo's
-
-    def validate(self, suite: Suite) -> None:
-        if not 0 < self.low < self.high:
-            raise ConfigError(f"tune.low, tune.high: need 0 < low < high (a log-uniform range); got {self.low}, {self.high}")
-        if self.trials_per_algorithm < 1:
-            raise ConfigError(f"tune.trials_per_algorithm: must be >= 1; got {self.trials_per_algorithm}")
-        if self.mode not in ("max", "min"):
-            raise ConfigError(f"tune.mode: {self.mode!r} is not valid; choose one of max, min")
-        if not self.metric:
-            raise ConfigError("tune.metric: must name an eval metric, e.g. eval/acc")
-        value: Any = build_run_config(suite.base)
-        for part in self.param.split("."):
-            if not hasattr(value, part.replace("async", "async_")):
-                raise ConfigError(f"tune.param: {self.param!r} is not a run-config key (e.g. train.lr)")
-            value = getattr(value, part.replace("async", "async_"))
-        if not isinstance(value, float):
-            raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
-        for bound in (self.low, self.high):
-            build_run_config(suite.base, {self.param: bound})     # a value the setting refuses
-        if self.delay is not None and self.delay < 0:
-            raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
-
-    def tune_delay(self, suite: Suite) -> int:
-        return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
-
-
 def parse_tune(suite: Suite) -> TuneSpec:
-    """The validated `tune:` section of a suite (a one-line ConfigError naming the key otherwise)."""
-    if not suite.tune:
+    """The suite's validated `tune:` section (schema.TuneSpec; its range checked against the setting's
+    validation), or a one-line ConfigError when the suite has none."""
+    if suite.tune is None:
         raise ConfigError(f"tune: suite {suite.name!r} has no tune section, e.g. "
                           f"tune: {{param: train.lr, low: 1e-5, high: 1e-3, trials_per_algorithm: 8}}")
-    for key in ("low", "high"):
-        if key not in suite.tune:
-            raise ConfigError(f"tune.{key}: required (the log-uniform search range)")
-    spec = from_dict(TuneSpec, suite.tune, "tune")
-    spec.validate(suite)
-    return spec
+    check_tune_range(suite)
+    return suite.tune
 
 
 def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str | None = None,
@@ -86,22 +45,20 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     (the seeded sampler proposes the same values first, and a finished trial of a value is not rerun)."""
     spec = parse_tune(suite)
     say = printer(progress)
-    suite_dir = suite_results_dir(results_root, suite.name)
-    write_suite_file(suite, suite_dir, say)
-    algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
+    algorithms = suite.algorithms
     delay = spec.tune_delay(suite)
     fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": suite.seeds[0]}
-    verify_bases([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms])
-    check_mirrors(suite)
+    examples = [_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms]   # one per estimator
+    suite_dir = SuiteSession.open(suite, examples, Path(results_root), on_change=None).suite_dir
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
-        f"{spec.trials_per_algorithm} trials each at delay {delay} -> {suite_dir / 'tune'}")
+        f"{spec.trials_per_algorithm} trials each at delay {delay} -> {trialdir.tune_dir(suite_dir)}")
     uri = tracking_uri(Path(results_root))
     results: dict[str, list[dict[str, Any]]] = {}
     with ray_session(address, say):
-        check_fits(suite.resources, _tune_trial(suite, spec, algorithms[0], fixed, spec.low).config.train.workers)
+        check_fits(suite.resources, examples[0].config.train.workers)
         target = open_mlflow(suite, uri, Path(results_root), "tune", len(algorithms) * spec.trials_per_algorithm)
-        (suite_dir / "tune").mkdir(parents=True, exist_ok=True)
-        (suite_dir / "tune" / "trials.jsonl").write_text("")     # this search's trials, one row each
+        trialdir.tune_dir(suite_dir).mkdir(parents=True, exist_ok=True)
+        trialdir.tune_trials(suite_dir).write_text("")     # this search's trials, one row each
         try:
             for algorithm in algorithms:
                 results[algorithm] = _search(suite, spec, algorithm, fixed, suite_dir,
@@ -115,7 +72,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
 
 def _tune_trial(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any], value: float) -> Trial:
     params = {"algorithm": algorithm, **fixed, spec.param: value}
-    config = build_run_config(suite.base, {**suite.overrides.get(algorithm, {}), **params})
+    config = resolve_config(suite.base, {**suite.overrides.get(algorithm, {}), **params})
     return Trial(f"tune-{algorithm}-{spec.param.rsplit('.', 1)[-1]}{value:.4e}", params, config)
 
 
@@ -131,15 +88,15 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
     example = _tune_trial(suite, spec, algorithm, fixed, spec.low)     # every value's trial has its workers
     workers = example.config.train.workers
     cluster = ray.cluster_resources()
-    fits = int(cluster.get("CPU", 1) // res.cpu) if not res.gpu else int(cluster.get("GPU", 0) // res.gpu)
-    limit = concurrent_trials(res, workers, alive_nodes()) if workers > 1 else res.max_concurrent
-    concurrent = max(1, min(limit or fits, spec.trials_per_algorithm))
+    fits = concurrent_trials(res, workers, alive_nodes()) if workers > 1 else \
+        res.parallel_trials(cluster.get("CPU", 1), cluster.get("GPU", 0))
+    concurrent = min(fits, spec.trials_per_algorithm)
     # TPE's default 10 random start-up trials would make a budget of 8 a random search.
     sampler = optuna.samplers.TPESampler(seed=spec.sampler_seed, n_startup_trials=max(2, spec.trials_per_algorithm // 2))
     searcher = ConcurrencyLimiter(OptunaSearch(metric="objective", mode=spec.mode, sampler=sampler), concurrent)
     trainable = tune.with_resources(
         tune.with_parameters(_tune_trainable, suite=suite, spec=spec, algorithm=algorithm, fixed=fixed,
-                             tune_dir=str(suite_dir / "tune"), mirror=target, cwd=os.getcwd()),
+                             tune_dir=str(trialdir.tune_dir(suite_dir)), mirror=target, cwd=os.getcwd()),
         trial_resources(res, [example]))
     grid = tune.Tuner(
         trainable, param_space={"value": tune.loguniform(spec.low, spec.high)},
@@ -156,8 +113,8 @@ def _search(suite: Suite, spec: TuneSpec, algorithm: str, fixed: dict[str, Any],
         rows.append({"algorithm": algorithm, spec.param: value, "status": metrics.get("status", "failed"),
                      "objective": metrics.get("objective"), "trial_id": _tune_trial(suite, spec, algorithm, fixed, value).trial_id})
     rows.sort(key=lambda r: r[spec.param])
-    with open(suite_dir / "tune" / "trials.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+    for row in rows:
+        trialdir.append_jsonl(trialdir.tune_trials(suite_dir), row)
     return rows
 
 

@@ -8,12 +8,12 @@ mirrors are sinks behind one interface (sinks.py), so code that logs never asks 
     mlflow_store.py  the MLflow store: URI, reachability, the suite's parent runs, orphaned runs
     mlflow_sink.py   MlflowTarget / MlflowSink: a trial as a child run of the suite's parent run
     wandb_sink.py    WandbTarget / WandbSink: a trial as a W&B run (extra `wandb`, imported lazily)
-    config.py        the suite's `tracking:` section (which mirrors besides MLflow)
+    config.py        the suite's `tracking:` section (which mirrors besides MLflow), and the mirrors built from it
 
 MLflow (embedded SQLite by default, a tracking server via MLFLOW_TRACKING_URI) is the default mirror;
 `mlflow` and `wandb` are imported only in this package (tests/test_architecture.py).
 """
-from .config import TrackingConfig, WandbConfig
+from .config import TrackingConfig, WandbConfig, check_mirrors, describe_mirrors, suite_mirrors
 from .mlflow_sink import MlflowSink, MlflowTarget, find_trial_run, supersede_run
 from .mlflow_store import (TrackingUnreachable, close_suite_run, default_tracking_uri, driver_tags,
                            end_orphaned_runs, end_orphaned_suite_runs, log_metrics_to_run, mlflow_name,
@@ -23,6 +23,6 @@ from .sinks import Mirrors, NullSink, Sink, Target, TeeSink
 from .wandb_sink import WandbSink, WandbTarget, require_wandb
 
 __all__ = ["Mirrors", "MlflowSink", "MlflowTarget", "NullSink", "RunLog", "Sink", "Target", "TeeSink", "TrackingConfig",
-           "TrackingUnreachable", "WandbConfig", "WandbSink", "WandbTarget", "close_suite_run", "default_tracking_uri",
-           "driver_tags", "end_orphaned_runs", "end_orphaned_suite_runs", "find_trial_run", "log_metrics_to_run",
-           "mlflow_name", "open_suite_run", "prepare_store", "probe_tracking_uri", "require_wandb", "supersede_run"]
+           "TrackingUnreachable", "WandbConfig", "WandbSink", "WandbTarget", "check_mirrors", "close_suite_run", "default_tracking_uri",
+           "describe_mirrors", "driver_tags", "end_orphaned_runs", "end_orphaned_suite_runs", "find_trial_run", "log_metrics_to_run",
+           "mlflow_name", "open_suite_run", "prepare_store", "probe_tracking_uri", "require_wandb", "suite_mirrors", "supersede_run"]

@@ -8,33 +8,18 @@ optional and off unless `tracking.wandb` is given:
 
 Tracking is not part of what a trial *is*: it lives beside `base`, so turning a mirror on or off changes
 no trial's config, id or hash.
+
+This module also builds the mirrors from the section (`check_mirrors`, `suite_mirrors`): each mirror's
+config says whether it can work here (`check`), what it is (`describe`) and which target its trials
+write to (`target`), so a new mirror is its sink module and its config class with a field here.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
 
-from ..errors import ConfigError
-
-WANDB_MODES = ("offline", "online")
-_WANDB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class WandbConfig:
-    project: str = "stalebench"            # the W&B project (letters, digits, '_', '-', '.')
-    entity: str | None = None              # team or user; None: the API key's default entity
-    mode: str = "offline"                  # offline: run files under <results>/wandb/, no network |
-                                           # online: stream to the W&B server (needs WANDB_API_KEY or `wandb login`)
-
-    def validate(self, key: str) -> None:
-        if self.mode not in WANDB_MODES:
-            raise ConfigError(f"{key}.mode: {self.mode!r} is not valid; choose one of {', '.join(WANDB_MODES)}")
-        for name in ("project", "entity"):
-            value = getattr(self, name)
-            if value is not None and (len(value) > 128 or not _WANDB_NAME.match(value)):
-                raise ConfigError(f"{key}.{name}: {value[:60]!r} is not a valid W&B name (letters, digits, "
-                                  f"'_', '-', '.'; at most 128 characters)")
+from .wandb_sink import WandbConfig
 
 
 @dataclass(frozen=True)
@@ -44,3 +29,24 @@ class TrackingConfig:
     def validate(self, key: str) -> None:
         if self.wandb is not None:
             self.wandb.validate(f"{key}.wandb")
+
+    def mirrors(self) -> list[tuple[str, Any]]:
+        """(key, config) of each mirror the section turns on, besides MLflow."""
+        return [(f"tracking.{f.name}", getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None]
+
+
+def check_mirrors(cfg: TrackingConfig) -> None:
+    """Stop with one line when a mirror the suite asks for cannot work here (before Ray starts)."""
+    for key, mirror in cfg.mirrors():
+        mirror.check(key)
+
+
+def describe_mirrors(cfg: TrackingConfig) -> str:
+    return " and ".join(["MLflow", *(mirror.describe() for _, mirror in cfg.mirrors())])
+
+
+def suite_mirrors(cfg: TrackingConfig, mlflow: Any, suite_name: str, results_root: Path) -> Any:
+    """Where a suite's trials mirror themselves: their MLflow child runs (`mlflow`, an MlflowTarget) and
+    every mirror the section turns on (W&B: offline runs under <results>/wandb/)."""
+    from .sinks import Mirrors
+    return Mirrors((mlflow, *(mirror.target(suite_name, results_root) for _, mirror in cfg.mirrors())))

@@ -1,4 +1,5 @@
-"""A trial's Weights & Biases mirror (optional, extra `wandb`; `wandb` is imported only here, lazily).
+"""A trial's Weights & Biases mirror (optional, extra `wandb`; `wandb` is imported only here, lazily):
+its config (`tracking.wandb`), target and sink.
 
 One W&B run per trial, in the suite's group, named by its trial id, with the same content as its MLflow
 run: the flat resolved config as the run config, provenance tags (stalebench.git_commit, ...) merged
@@ -25,9 +26,36 @@ from typing import Any, Mapping
 
 from .. import trialdir
 from ..errors import ConfigError
-from .config import WandbConfig
 
 INSTALL = "pip install 'stalebench[wandb]'"
+WANDB_MODES = ("offline", "online")
+_WANDB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    project: str = "stalebench"            # the W&B project (letters, digits, '_', '-', '.')
+    entity: str | None = None              # team or user; None: the API key's default entity
+    mode: str = "offline"                  # offline: run files under <results>/wandb/, no network |
+                                           # online: stream to the W&B server (needs WANDB_API_KEY or `wandb login`)
+
+    def validate(self, key: str) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ConfigError(f"{key}.mode: {self.mode!r} is not valid; choose one of {', '.join(WANDB_MODES)}")
+        for name in ("project", "entity"):
+            value = getattr(self, name)
+            if value is not None and (len(value) > 128 or not _WANDB_NAME.match(value)):
+                raise ConfigError(f"{key}.{name}: {value[:60]!r} is not a valid W&B name (letters, digits, "
+                                  f"'_', '-', '.'; at most 128 characters)")
+
+    def check(self, key: str) -> None:
+        require_wandb(self, key)
+
+    def describe(self) -> str:
+        return f"W&B (project {self.project}, mode {self.mode})"
+
+    def target(self, suite_name: str, results_root: Path) -> WandbTarget:
+        return WandbTarget.of(self, suite_name, results_root)
 
 
 def require_wandb(cfg: WandbConfig, key: str = "tracking.wandb") -> None:
