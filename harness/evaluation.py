@@ -49,7 +49,8 @@ from typing import Any
 import yaml
 
 from . import trialdir
-from .tasks.benchmarks import BENCHMARK_NAMES, default_data_dir
+from .tasks import registered, task_entry, task_from_config
+from .tasks.benchmarks import default_data_dir
 from .tasks.lm_eval_adapters import (  # noqa: F401 — re-exported: the task functions
     VERIFY_TIMEOUT_S, make_process_docs, process_results, process_results_exact)
 from .tasks.verify import extract_answer
@@ -59,8 +60,12 @@ TASK_PREFIX = "stalebench_"
 CPU_BATCH_SIZE = 8
 CUDA_BATCH_SIZE = 32
 VLLM_GPU_MEMORY_UTILIZATION = 0.8
-SYNTHETIC = "addrev"                       # the CPU default's task, evaluated like a benchmark
-EVAL_NAMES = (*BENCHMARK_NAMES, SYNTHETIC)
+
+
+def eval_names() -> list[str]:
+    """The tasks lm-eval can run: every registered task with a task YAML in lm_eval_tasks/ (the benchmarks,
+    and synthetic tasks such as addrev, evaluated like a benchmark on their generated eval split)."""
+    return [t.name for t in registered() if (TASKS_DIR / f"{t.name}.yaml").is_file()]
 
 
 # ---------------------------------------------------------------- per-run task files
@@ -90,10 +95,10 @@ def write_run_tasks(benchmarks: list[str], data_dir: Path, max_new_tokens: int, 
     for name in benchmarks:
         template_path = TASKS_DIR / f"{name}.yaml"
         template = load_task_template(template_path)
-        if name == SYNTHETIC:
+        if task_entry(name).synthetic:
             data_dir = include_dir                   # the synthetic task's eval split, written for this run
             (include_dir / template["dataset_kwargs"]["data_files"]["test"]).write_text("".join(
-                json.dumps({"uid": p.uid, "prompt": p.prompt, "answer": p.answer}) + "\n" for p in _addrev_eval()))
+                json.dumps({"uid": p.uid, "prompt": p.prompt, "answer": p.answer}) + "\n" for p in _synthetic_eval(name)))
         data_file = (data_dir / template["dataset_kwargs"]["data_files"]["test"]).resolve()
         if not data_file.is_file():
             raise FileNotFoundError(f"benchmark file not found: {data_file} (set STALEBENCH_DATA_DIR to the "
@@ -133,16 +138,14 @@ def _versions(backend: str) -> dict[str, str]:
     return out
 
 
-def _addrev_eval():
-    from .tasks import make_task
-    return make_task(SYNTHETIC, eval_size=500).problems("eval", None, 0)
+def _synthetic_eval(name: str):
+    return task_from_config(name, eval_size=500, data_dir=None).problems("eval", None, 0)
 
 
 def _prompts(benchmark: str, limit: int | None, data_dir: Path) -> list[str]:
-    if benchmark == SYNTHETIC:
-        return [p.prompt for p in _addrev_eval()[:limit]]
-    from .tasks.benchmarks import BenchmarkTask
-    return [p.prompt for p in BenchmarkTask(benchmark, data_dir=data_dir).problems("eval", limit, 0)]
+    if task_entry(benchmark).synthetic:
+        return [p.prompt for p in _synthetic_eval(benchmark)[:limit]]
+    return [p.prompt for p in task_from_config(benchmark, 500, str(data_dir)).problems("eval", limit, 0)]
 
 
 def check_context(model_path: Path, benchmarks: list[str], limit: int | None, max_new_tokens: int,
@@ -168,10 +171,10 @@ def check_context(model_path: Path, benchmarks: list[str], limit: int | None, ma
 def _check_args(model_path: Path, benchmarks: list[str], limit: int | None, max_new_tokens: int) -> list[str]:
     """The benchmarks without duplicates, in the given order; raises ValueError / FileNotFoundError."""
     if not benchmarks:
-        raise ValueError(f"no benchmarks given; valid: {', '.join(EVAL_NAMES)}")
-    unknown = [b for b in benchmarks if b not in EVAL_NAMES]
+        raise ValueError(f"no benchmarks given; valid: {', '.join(eval_names())}")
+    unknown = [b for b in benchmarks if b not in eval_names()]
     if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; valid: {', '.join(EVAL_NAMES)}")
+        raise ValueError(f"unknown benchmark {', '.join(map(repr, unknown))}; valid: {', '.join(eval_names())}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1 or None (all problems), got {limit}")
     if max_new_tokens < 1:

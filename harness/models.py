@@ -99,16 +99,17 @@ class BaseRecipe:
 
 def build_base(recipe: BaseRecipe, out: Path) -> dict:
     """Build, validate and save base `recipe` to `out` with its manifest; returns the manifest."""
-    from .tasks import make_task
-    from .tasks.synthetic import ADDREV_VOCAB
+    from .tasks import make_task, registered, task_entry
 
-    if recipe.task != "addrev":
-        raise BaseModelError(f"build-base: task {recipe.task!r} has no tiny base recipe; use 'addrev'")
+    synthetic = [t.name for t in registered() if t.vocab is not None]
+    if recipe.task not in synthetic:
+        raise BaseModelError(f"build-base: task {recipe.task!r} has no tiny base recipe; use one of "
+                             f"{', '.join(synthetic)} (a synthetic task with a vocab)")
     out = Path(out)
     if out.exists():
         raise BaseModelError(f"build-base: {out} exists; a base version is never overwritten — pick a new --name")
     task = make_task(recipe.task, eval_size=recipe.eval_size)
-    tokenizer = char_tokenizer(ADDREV_VOCAB)
+    tokenizer = char_tokenizer(list(task_entry(recipe.task).vocab))
     torch.manual_seed(recipe.warmup_seed)
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers,
                          num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads,

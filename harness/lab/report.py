@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import trialdir
+from ..schema import read_suite_yaml
 from . import figures
 from .results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
 from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
@@ -265,7 +266,9 @@ def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, list[Block
     trials = read_trials(results_dir)
     done = distinct([t for t in trials if t.status in trialdir.FINAL and t.acc.size])
     data, why = read_sweeps(results_dir, inputs)
-    sections = _sweep_sections(data, out_dir) if data is not None else [(
+    baseline = read_suite_yaml(trialdir.suite_file(results_dir)).report.baseline
+    styles = figures.suite_styles([*inputs["algorithms"], *(t.algorithm for t in trials)], baseline)
+    sections = _sweep_sections(data, out_dir, styles) if data is not None else [(
         "Estimator lab: fixed-policy sweeps",
         [_text(f"No fixed-policy sweeps to show: {results_dir / SWEEP_FILE} is {why}; compute them with "
                f"`stalebench run {results_dir}` (finished trials are not rerun), then render the report again.")])]
@@ -273,9 +276,9 @@ def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, list[Block
         intro = f"{len(done)} finished trials, pooled over the other grid keys; ±1 SE over trials."
         sections.append(("Estimator lab: convergence vs delay", [
             _text(intro),
-            _figure(figures.convergence(done, out_dir), "Suboptimality vs delay, and mean learning curves at the "
+            _figure(figures.convergence(done, out_dir, styles), "Suboptimality vs delay, and mean learning curves at the "
                                                         "largest delay"),
-            _figure(figures.bias_vs_outcome(done, out_dir),
+            _figure(figures.bias_vs_outcome(done, out_dir, styles),
                     "Trials with delay > 0: relative bias and relative second moment (Monte Carlo estimates) on "
                     "the delay's pair (θ_0, θ_0 + d expected SGD steps) vs suboptimality")]))
     rows = verdicts(data, trials)
@@ -283,7 +286,7 @@ def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, list[Block
     return sections
 
 
-def _sweep_sections(data: dict[str, Any], out_dir: Path) -> list[tuple[str, list[Block]]]:
+def _sweep_sections(data: dict[str, Any], out_dir: Path, styles: figures.Styles) -> list[tuple[str, list[Block]]]:
     cfg = data["config"]
     setup = (f"Fixed pair: the suite's problem (V = {cfg['vocab']}, L = {cfg['length']}, {cfg['reward']} rewards, "
              f"J(θ_0) = {cfg['J0']:.3f}); π_θ = θ_0, π_b = θ_0 perturbed to the stated KL(π_b‖π_θ). The pair's "
@@ -304,18 +307,18 @@ def _sweep_sections(data: dict[str, Any], out_dir: Path) -> list[tuple[str, list
     return [
         ("Estimator lab: bias vs group size", [
             _text(setup),
-            _figure(figures.bias_vs_g(data["by_g"], fits, out_dir),
+            _figure(figures.bias_vs_g(data["by_g"], fits, out_dir, styles),
                     "Monte Carlo bias against plain trajectory IS vs G (95% CIs), log-log, per divergence, with "
                     "the weighted power-law fit"),
             _table(fit_rows, ["KL", "estimator", "p [95% CI] (reading)", "points"]),
             _text("Bias per G: estimate [95% CI] (Monte Carlo groups)."),
             _table(per_g, per_g_cols)]),
         ("Estimator lab: bias vs ε and the δ_GMC ≤ δ_clip check", [
-            _figure(figures.bias_vs_eps(data["by_eps"], data["delta"], out_dir),
+            _figure(figures.bias_vs_eps(data["by_eps"], data["delta"], out_dir, styles),
                     f"G = {cfg['sweep_group_size']}, KL = {cfg['kl']:g}: Monte Carlo bias vs ε, 95% CIs (left); "
                     f"mean per-group distortion max_i |1 − w_i/r_i| of GMC and trajectory clipping (right)")]),
         ("Estimator lab: bias and second moment vs divergence", [
-            _figure(figures.bias_vs_kl(data["by_kl"], out_dir),
+            _figure(figures.bias_vs_kl(data["by_kl"], out_dir, styles),
                     f"All estimators at G = {cfg['sweep_group_size']}, ε = {cfg['eps']:g}, Monte Carlo over "
                     f"{cfg['sweep_groups']} groups (±1 SE): bias against the exact target g* = κ∇J, second "
                     f"moment, and cosine of the mean gradient with ∇J")]),

@@ -5,7 +5,8 @@ The figures themselves are in ``figures.py``; this module decides how they look,
 Facets are seaborn ``FacetGrid``s (``Grid``): wrapped when there is one facet variable, facet values in
 numeric order (G=4 before G=16), one shared legend naming every estimator in the suite (drawn above the
 panels; the figure grows to include it). Each estimator has its own colour *and* marker
-(``estimator_style``), so up to ~15 stay distinct.
+(``estimator_style``), so up to ~15 stay distinct: the one estimator-style table of every figure, the
+estimator lab's included (harness/lab/figures.py).
 """
 
 from __future__ import annotations

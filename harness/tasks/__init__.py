@@ -1,45 +1,23 @@
-"""Tasks: problem sources with rewards, behind one registry.
+"""Tasks: problem sources with rewards, behind one registry (harness/tasks/registry.py).
 
 ``make_task(name, **kwargs)`` builds a task by name: ``"addrev"`` (synthetic, see
 :mod:`harness.tasks.synthetic`) or a real benchmark (see :mod:`harness.tasks.benchmarks`). lm-eval reaches
-the same problems and grading through :mod:`harness.tasks.lm_eval_adapters`.
+the same problems and grading through :mod:`harness.tasks.lm_eval_adapters`. Every public module of this
+package is imported here, and a task module registers its tasks (``register_task``) when imported: a new
+task is one module (docs/contributing.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+import pkgutil
 
 from harness.tasks.base import Problem, Task
-from harness.tasks.benchmarks import BENCHMARK_NAMES, BenchmarkTask
-from harness.tasks.synthetic import addrev_task
+from harness.tasks.registry import make_task, register_task, registered, task_entry, task_from_config, task_names
 from harness.tasks.verify import extract_answer, grade_math
 
-__all__ = ["Problem", "Task", "extract_answer", "grade_math", "make_task", "task_from_config", "task_names"]
+__all__ = ["Problem", "Task", "extract_answer", "grade_math", "make_task", "register_task", "registered", "task_entry",
+           "task_from_config", "task_names"]
 
-
-def _benchmark_constructor(name: str) -> Callable[..., Task]:
-    return lambda **kwargs: BenchmarkTask(name, **kwargs)
-
-
-_REGISTRY: dict[str, Callable[..., Task]] = {
-    "addrev": addrev_task,
-    **{name: _benchmark_constructor(name) for name in BENCHMARK_NAMES},
-}
-
-
-def task_names() -> list[str]:
-    """Registered task names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def make_task(name: str, **kwargs: Any) -> Task:
-    """Build the task ``name`` with constructor ``kwargs`` (addrev: ``eval_size``; benchmarks:
-    ``data_dir``, ``verify_timeout_s``)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}; valid: {', '.join(task_names())}")
-    return _REGISTRY[name](**kwargs)
-
-
-def task_from_config(name: str, eval_size: int, data_dir: str | None) -> Task:
-    """The task of a run config: each task takes the settings that apply to it."""
-    return make_task(name, eval_size=eval_size) if name == "addrev" else make_task(name, data_dir=data_dir)
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
+    importlib.import_module(f"{__name__}.{_module}")          # each task module registers its tasks

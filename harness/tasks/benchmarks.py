@@ -17,6 +17,7 @@ Gold answers per benchmark (field names from PROVENANCE.md):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.tasks.base import Problem
+from harness.tasks.registry import register_task
 from harness.tasks.verify import grade_math, last_boxed_content
 
 DATA_DIR_ENV = "STALEBENCH_DATA_DIR"
@@ -129,3 +131,7 @@ class BenchmarkTask:
     def reward(self, completion: str, problem: Problem) -> float:
         """1.0 if :func:`grade_math` accepts ``completion`` for ``problem.answer``, else 0.0."""
         return 1.0 if grade_math(completion, problem.answer, self.verify_timeout_s) else 0.0
+
+
+for _name in BENCHMARK_NAMES:
+    register_task(_name, functools.partial(BenchmarkTask, _name), settings=("data_dir",))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.tasks.base import Problem
+from harness.tasks.registry import register_task
 
 ADDREV_VOCAB: list[str] = list("0123456789+=")
 EVAL_RNG_SEED = 12345
@@ -82,3 +83,6 @@ class AddRevTask:
 def addrev_task(eval_size: int = 500) -> AddRevTask:
     """The addrev task with a held-out eval set of ``eval_size`` pairs."""
     return AddRevTask(eval_size=eval_size)
+
+
+register_task("addrev", addrev_task, settings=("eval_size",), synthetic=True, vocab=ADDREV_VOCAB)
