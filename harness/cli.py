@@ -166,7 +166,7 @@ def _cmd_train(args) -> int:
 
     suite, trials = _load(args)
     trial = select(trials, args.trial)
-    suite_dir = SuiteSession.open(suite, [trial], Path(args.results), args.on_change).suite_dir
+    suite_dir = SuiteSession.open(suite, [trial], Path(args.results), args.on_change, mirrored=False).suite_dir
     try:
         status = run_trial(trial, suite_dir, progress=True)
     except TrialFailed as exc:

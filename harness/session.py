@@ -32,11 +32,14 @@ class SuiteSession:
     superseded: list[str]                  # trials whose old results were moved aside and will run again
 
     @classmethod
-    def open(cls, suite: Suite, trials: list[Trial], results_root: Path, on_change: str | None = "error") -> SuiteSession:
-        """Steps 1-5 above; `on_change` None skips step 4 (tuning trials are new trials every time)."""
+    def open(cls, suite: Suite, trials: list[Trial], results_root: Path, on_change: str | None = "error",
+             mirrored: bool = True) -> SuiteSession:
+        """Steps 1-5 above; `on_change` None skips step 4 (tuning trials are new trials every time);
+        `mirrored` False skips step 3 (`train` runs one trial in-process, into its files only)."""
         suite_dir = suite_results_dir(results_root, suite.name)
         verify_bases(trials)
-        check_mirrors(suite.tracking)
+        if mirrored:
+            check_mirrors(suite.tracking)
         superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
         write_suite_file(suite, suite_dir)
         return cls(suite, trials, suite_dir, superseded)

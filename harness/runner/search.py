@@ -12,12 +12,12 @@ import ray
 import yaml
 from ray import tune
 
+from .. import trialdir
 from ..config import ConfigError
 from ..schema import Suite, TuneSpec
+from ..session import SuiteSession
 from ..status import last_eval
 from ..suite import Trial, check_tune_range, resolve_config
-from .. import trialdir
-from ..session import SuiteSession
 from ..tracking import Target, close_suite_run
 from .console import Say, printer
 from .grid import mirrors, open_mlflow, tracking_uri
