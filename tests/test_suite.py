@@ -191,3 +191,41 @@ def test_cli_bad_suite_exit_2_one_line_nothing_written(tmp_path, name):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+# ---------------------------------------------------------------- schema, kinds
+
+
+def test_the_suite_schema_imports_no_torch():
+    """The schema (and so the report's reading of suite.yaml) parses a suite with every section without torch."""
+    code = ("import sys; from harness.schema import read_suite_yaml; s = read_suite_yaml('suites/tune-lr.yaml'); "
+            "assert s.tune is not None and s.report.baseline; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'algorithms', 'ray')))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_parallel_trials_is_one_count_of_what_fits():
+    from harness.schema import Resources
+
+    assert Resources(cpu=2).parallel_trials(7) == 3                        # 7 // 2
+    assert Resources(cpu=4).parallel_trials(2) == 1                        # none fits: still one at a time
+    assert Resources(cpu=1, max_concurrent=2).parallel_trials(16) == 2     # capped
+    assert Resources(cpu=1, gpu=1).parallel_trials(16, gpus=3) == 3        # the GPUs bind: 3 // 1
+    assert Resources(cpu=1, gpu=1).parallel_trials(16) == 16               # GPUs unknown (the dry run): CPUs
+    assert Resources(cpu=1).parallel_trials(8, workers=3) == 2             # 8 // (1 x 3)
+
+
+def test_trial_kinds_answer_for_their_configs():
+    from harness.config import build_run_config
+    from harness.kinds import kind_of
+
+    llm, lab = build_run_config(BASE), build_run_config({**BASE, "lab": {"measure_groups": 0}})
+    assert (kind_of(llm).name, kind_of(lab).name) == ("llm", "lab")
+    assert kind_of(llm).needs_base(llm) and not kind_of(lab).needs_base(lab)
+    assert kind_of(llm).shares_on_policy and not kind_of(lab).shares_on_policy
+    with pytest.raises(ConfigError, match="^train.workers: an estimator-lab trial runs in one process"):
+        kind_of(lab).validate(build_run_config({**BASE, "lab": {"measure_groups": 0},
+                                                "train": {**BASE["train"], "workers": 2}}))

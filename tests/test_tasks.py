@@ -217,3 +217,16 @@ def test_registry_names_and_protocol() -> None:
 def test_unknown_task_lists_valid_names() -> None:
     with pytest.raises(ValueError, match=r"unknown task 'gsm9k'; valid: addrev, aime24, .*olympiadbench"):
         make_task("gsm9k")
+
+
+def test_the_task_registry_refuses_duplicates_and_unknown_settings() -> None:
+    from harness.tasks import register_task, task_entry
+    from harness.tasks.synthetic import addrev_task
+
+    with pytest.raises(ValueError, match="task 'addrev' is already registered"):
+        register_task("addrev", addrev_task)
+    with pytest.raises(ValueError, match="unknown setting 'size'; valid: eval_size, data_dir"):
+        register_task("addrev-x", addrev_task, settings=("size",))
+    entry = task_entry("addrev")
+    assert entry.synthetic and entry.settings == ("eval_size",) and "".join(entry.vocab) == "0123456789+="
+    assert not task_entry("gsm8k").synthetic and task_entry("gsm8k").settings == ("data_dir",)
