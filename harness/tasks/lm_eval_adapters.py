@@ -38,7 +38,8 @@ def make_process_docs(benchmark: str) -> Callable[[Any], Any]:
 
 
 def process_results_exact(doc: dict, results: list[str]) -> dict[str, float]:
-    """lm-eval ``process_results`` of the synthetic addrev task: the trainer's exact-match reward."""
+    """lm-eval ``process_results`` of a synthetic task (addrev, and any task registered with
+    ``synthetic=True``): the trainer's exact-match reward."""
     return {"acc": 1.0 if results[0].strip() == doc["answer"] else 0.0}
 
 
