@@ -18,7 +18,7 @@ from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 from .results import LabTrial, bias_ci
 
 DPI = 90
-COLORS = dict(zip(["gmc_grpo", "tic_grpo", "grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis", "naive"],
+COLORS = dict(zip(["gmc_grpo", "tic_is", "grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis", "naive"],
                   sns.color_palette("colorblind", 10)))
 COLORS["decoupled"] = (0.55, 0.35, 0.15)
 
@@ -92,7 +92,7 @@ def bias_vs_eps(by_eps: list[dict[str, Any]], delta: list[dict[str, Any]], out_d
     ax = fig.add_subplot(1, 2, 2)
     eps = [r["eps"] for r in delta]
     ax.plot(eps, [r["delta_gmc_mean"] for r in delta], "o-", color=_color("gmc_grpo"), label="δ_GMC (mean)")
-    ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color("tic_grpo"), label="δ_clip (mean)")
+    ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color("tic_is"), label="δ_clip (mean)")
     ax.set(xlabel="ε", ylabel="max_i |1 − w_i/r_i|", title="weight distortion per group")
     _log_x(ax, eps)
     ax.legend(fontsize=7)
