@@ -5,8 +5,9 @@ Reasoning" (arXiv 2505.24298), decoupled PPO objective; form as in AReaL's `ppo_
 (inclusionAI/AReaL areal/utils/functional/functional.py, commit 4aef98d8d818af55b43621aaadba047ae10f4e77). The
 cap default 5.0 is AReaL's documented default: its former `behave_imp_weight_cap=5.0` (token mask), which
 areal/api/cli_args.py (same commit) now restores as `rejection_sampling: {level: token, action: mask,
-metric: ratio, upper: 5.0}` (that dataclass's `upper` default is 5.0); `behavior_weight_cap=None` gives its
-current "rejection_sampling: null" (no cap).
+metric: ratio, upper: 5.0}` (that dataclass's `upper` default is 5.0). `behavior_weight_cap=None` (the weight
+uncapped) has no current AReaL counterpart: AReaL's `rejection_sampling: null` applies no behavior weight at
+all, which is `naive` (checked against its code: docs/estimators.md, peer cross-checks).
 Policies read: π_θ, π_prox (`logp_proximal`) and π_rollout (`logp_rollout`, falling back to `logp_behavior`):
 AReaL's "behavior" log-probs are the inference engine's.
 

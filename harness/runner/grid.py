@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import coincidences
 from ..config import ConfigError
 from ..status import ProgressLine, count_statuses, read_status
 from ..suite import Suite, Trial, expand, select_trials
@@ -47,6 +48,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     check_mirrors(suite)
     superseded = check_identity(trials, suite_dir, on_change)
     write_suite_file(suite, suite_dir, say)
+    coincidences.write(suite_dir, coincidences.compute(expand(suite)))   # read by the report (one owner)
     pending = [t for t in trials if read_status(suite_dir / t.trial_id).get("status") not in FINAL]
     say(f"suite {suite.name}: {len(trials)} trials, {len(trials) - len(pending)} already finished, "
         f"{len(pending)} to run -> {suite_dir}" + (f" ({len(superseded)} rerun after a config change; old "
