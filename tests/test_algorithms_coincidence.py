@@ -66,7 +66,7 @@ def test_the_cli_lists_every_estimator(capsys):
     assert "decoupled\n  family: token-clip / token-is / reads theta+prox+rollout" in capsys.readouterr().out
 
 
-def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_path):
+def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_path, capsys):
     """harness.coincidences at check/run time (the suite's configurations at delay > 0), then the report's
     reading of coincidences.json and of each trial's recorded family, without the estimators imported."""
     import yaml
@@ -87,6 +87,9 @@ def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_pat
     record = coincidences.compute(expand(load_suite(path)))
     assert [r["groups"] for r in record["regimes"]] == [[["decoupled", "is_none"]]]
     assert coincidences.describe(record) == ["coincide (1 update(s) per batch, token-mean): decoupled = is_none"]
+    from harness.cli import main
+    assert main(["check", str(path)]) == 0                    # `stalebench check` prints the group
+    assert "coincide (1 update(s) per batch, token-mean): decoupled = is_none" in capsys.readouterr().out
 
     suite_dir = write_suite(tmp_path / "results", "coin", ("decoupled", "is_none", "grpo"), (16,), (0,))
     coincidences.write(suite_dir, record)
