@@ -1,26 +1,34 @@
 """bapo — Balanced Policy Optimization with adaptive clipping bounds.
 
-Reference: BAPO (arXiv 2510.18927) and its official code.
+Reference: BAPO (arXiv 2510.18927); code: WooooDyy/BAPO recipe/bapo/policy_loss.py (`compute_policy_loss_bapo`,
+`_compute_effective_advantage`), recipe/bapo/config.py, commit 7287044444d5d578529ea464b45f090a36e8da3a.
+Values "as used in the paper" from the same repository's README.md: ρ0 = 0.5, c_low ∈ [0.6, 0.9],
+c_high ∈ [1.2, 3.0]. Everything else as the code does it.
+Policies read: π_θ (`logp`) and π_b (`logp_behavior`, the code's `old_log_prob`).
 
 Per optimizer step, with ρ = exp(logp − logp_behavior):
     start at c_low = 0.6, c_high = 1.2
-    P = Σ_{A>0} m · min(ρ, c_high) · A          (positive contribution)
-    N = Σ_{A<0} m · |max(ρ, c_low) · A|         (negative contribution)
-    while P/N < ρ0 / (1 − ρ0) and a bound can still move:
-        raise c_high by 0.05 (up to 3.0), else raise c_low by 0.02 (up to 0.9)
-    ℓ_{i,t} = max(−A_i ρ_{i,t}, −A_i clip(ρ_{i,t}, c_low, c_high))
+    P = Σ_{A>0} m · min(ρ, c_high) · A,   N = Σ_{A<0} m · |max(ρ, c_low) · A|,   P/N := P / (N + 1e-8) (∞ if N = 0)
+    while P/N < ρ0 / (1 − ρ0): raise c_low by 0.05 (to at most 0.9)          — the code moves c_low first
+    while still P/N < ρ0 / (1 − ρ0): raise c_high by 0.05 (to at most 3.0)
+    ℓ_{i,t} = max(−A_i ρ_{i,t}, −A_i clip(ρ_{i,t}, c_low, c_high)),  and for A_i < 0: ℓ = min(ℓ, −3 A_i) (dual clip)
 
-Symbols → code: ρ0 = `rho0` (0.4), start/step/limit of the bounds = `c_low`, `c_low_step`, `c_low_max`,
-`c_high`, `c_high_step`, `c_high_max`. The loop is vectorized: P depends only on c_high and N only on
-c_low, so every state along the loop's path is evaluated at once (one bucketize and two bin sums per
-bound, not a (bounds × tokens) matrix) and the first that meets the target is taken (the last state if
-none does). A bound moves in whole steps and never past its limit.
-Deviations: we follow the spec's order (c_high first, then c_low). The official code raises c_low first
-and ships other defaults. `eps` is accepted and unused (the bounds replace 1 ± ε). Bounds are a
-statistic of the whole optimizer-step batch. [ours] log-ratios clamped to ±20 before exp.
-Note: N is non-decreasing in c_low, so raising c_low never raises P/N: once c_high has reached its
-limit below the target, c_low always ends at its limit. The official code's P and N have the same
-property (it computes the same sums).
+Symbols → code: ρ0 = `rho0` (0.5; the code's `adv_ratio_target` is the ratio ρ0/(1 − ρ0) = 1), start/step/limit
+of the bounds = `c_low` (`ratio_lower_start`), `c_low_step` (`ratio_lower_step`, 0.05), `c_low_max`
+(`ratio_lower_max`), `c_high`, `c_high_step` (0.05), `c_high_max`; dual clip = `dual_clip` (the code's
+`clip_ratio_c`, default 3.0; None: off). A step that would pass a limit stops at the limit (the code's
+`min(cur + step, max)`).
+The loops are vectorized: P depends only on c_high and N only on c_low, so every state along the path is
+evaluated at once (one bucketize and two bin sums per bound) and the first that meets the target is taken
+(the last state if none does).
+Deviations:
+1. The shipped config (recipe/bapo/config/bapo_trainer.yaml) has c_low_max 0.8 and c_high_max 2.0; we use the
+   README's paper values 0.9 and 3.0.
+2. The code computes the bounds on each micro-batch (all-reduced over data-parallel ranks); we compute them
+   once over the whole optimizer-step batch, so micro-batching is exact. `eps` is accepted and unused.
+3. [ours] log-ratios clamped to ±20 before exp (the code clamps the same way).
+Note: N is non-decreasing in c_low, so raising c_low never raises P/N; the code's first loop therefore only
+ever ends at the target if the start already met it, and otherwise c_low ends at its limit.
 """
 from __future__ import annotations
 
@@ -33,9 +41,15 @@ from .registry import register
 
 
 def _grid(start: float, step: float, stop: float, device: torch.device) -> torch.Tensor:
-    """start, start + step, … up to stop (never beyond it; just [start] if start ≥ stop), float64."""
+    """start, start + step, … and then stop itself if the steps do not land on it (the code's
+    min(cur + step, max)); just [start] if start ≥ stop or step ≤ 0. float64."""
+    if step <= 0 or start >= stop:
+        return torch.tensor([start], dtype=torch.float64, device=device)
     n = max(math.floor((stop - start) / step + 1e-9), 0) + 1
-    return torch.tensor([round(start + k * step, 10) for k in range(n)], dtype=torch.float64, device=device)
+    values = [round(start + k * step, 10) for k in range(n)]
+    if values[-1] < stop - 1e-9:
+        values.append(stop)
+    return torch.tensor(values, dtype=torch.float64, device=device)
 
 
 def _bin_sum(x: torch.Tensor, bins: torch.Tensor, n_bins: int) -> torch.Tensor:
@@ -43,7 +57,7 @@ def _bin_sum(x: torch.Tensor, bins: torch.Tensor, n_bins: int) -> torch.Tensor:
     return torch.zeros(n_bins, dtype=x.dtype, device=x.device).index_add_(0, bins, x)
 
 
-def prepare(inp: LossInputs, *, eps: float, rho0: float = 0.4, c_low: float = 0.6, c_low_step: float = 0.02,
+def prepare(inp: LossInputs, *, eps: float, rho0: float = 0.5, c_low: float = 0.6, c_low_step: float = 0.05,
             c_low_max: float = 0.9, c_high: float = 1.2, c_high_step: float = 0.05,
             c_high_max: float = 3.0) -> BatchContext:
     dev = inp.logp.device
@@ -67,27 +81,31 @@ def prepare(inp: LossInputs, *, eps: float, rho0: float = 0.4, c_low: float = 0.
     neg_r = torch.cumsum(_bin_sum(neg_times_r, j, L + 1), 0)[:L]
     neg_w = torch.cumsum(_bin_sum(neg, j, L + 1), 0)[:L]
     n_of_low = neg_times_r.sum() - neg_r + lows * neg_w                 # (L,)
-    # The loop's path: (c_high_k, c_low_0) for k = 0..H-1, then (c_high_max, c_low_j) for j = 1..L-1.
-    path_high = torch.cat([highs, highs[-1:].expand(L - 1)])
-    path_p = torch.cat([p_of_high, p_of_high[-1:].expand(L - 1)])
-    path_low = torch.cat([lows[:1].expand(H), lows[1:]])
-    path_n = torch.cat([n_of_low[:1].expand(H), n_of_low[1:]])
+    # The loops' path: (c_low_k, c_high_0) for k = 0..L-1, then (c_low_max, c_high_j) for j = 1..H-1.
+    path_low = torch.cat([lows, lows[-1:].expand(H - 1)])
+    path_n = torch.cat([n_of_low, n_of_low[-1:].expand(H - 1)])
+    path_high = torch.cat([highs[:1].expand(L), highs[1:]])
+    path_p = torch.cat([p_of_high[:1].expand(L), p_of_high[1:]])
+    if not 0 < rho0 < 1:
+        raise ValueError(f"bapo: rho0 must be in (0, 1) (the target positive share); got {rho0}")
     target = rho0 / (1.0 - rho0)
-    # P/N ≥ target written without division (N may be 0: then the target is met at once).
-    done = path_p >= target * path_n
-    k = int(torch.argmax(done.to(torch.int8))) if bool(done.any()) else len(path_p) - 1
     inf = torch.full((), torch.inf, dtype=torch.float64, device=dev)
-    ratio_pn = torch.where(path_n[k] > 0, path_p[k] / path_n[k], inf)  # P/N, inf when N = 0
+    path_ratio = torch.where(path_n > 0, path_p / (path_n + 1e-8), inf)       # the code's P / (N + 1e-8)
+    done = path_ratio >= target
+    k = int(torch.argmax(done.to(torch.int8))) if bool(done.any()) else len(path_p) - 1
+    ratio_pn = path_ratio[k]
     return BatchContext(tensors={"c_low": path_low[k], "c_high": path_high[k]}, metrics={
         "bapo/c_low": path_low[k], "bapo/c_high": path_high[k], "bapo/pos_neg_ratio": ratio_pn})
 
 
-@register("bapo", prepare=prepare, uses_eps=False)
-def bapo(inp: LossInputs, ctx: BatchContext, *, eps: float):
+@register("bapo", prepare=prepare, uses_eps=False, trust_region="token-clip", correction="token-is",
+          reads=("theta", "behavior"),
+          source="WooooDyy/BAPO recipe/bapo/policy_loss.py@7287044444d5d578529ea464b45f090a36e8da3a; README values")
+def bapo(inp: LossInputs, ctx: BatchContext, *, eps: float, dual_clip: float | None = 3.0):
     low = ctx.tensors["c_low"].to(inp.logp.dtype)
     high = ctx.tensors["c_high"].to(inp.logp.dtype)
     ratio = token_ratio(inp)                                     # (B, T)
-    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high)
+    loss = ppo_clip_token_loss(ratio, inp.advantages, low, high, dual_clip)
     r = ratio.detach()
     adv = inp.advantages.unsqueeze(1)
     clipped = ((adv < 0) & (r < low)) | ((adv > 0) & (r > high))

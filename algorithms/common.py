@@ -27,7 +27,12 @@ class LossInputs:
     advantages:     (B,) one advantage per response, broadcast over its tokens.
     mask:           (B, T) valid response tokens (bool or 0/1).
     group_ids:      (B,) responses to the same prompt share an id.
-    logp_proximal:  optional (B, T) log π_prox, the parameters at the start of the optimizer step.
+    logp_proximal:  optional (B, T) log π_prox, the parameters at the start of the optimizer step
+                    (None: π_θ itself, detached; one update per batch).
+    logp_rollout:   optional (B, T) log π_rollout, what the rollout engine returned for the same tokens
+                    (None: the same as logp_behavior, i.e. no engine mismatch).
+    The four policies are described once in docs/estimators.md; each estimator's docstring and registry
+    entry (`reads`) say which of them it uses.
     """
 
     logp: Tensor
@@ -36,12 +41,14 @@ class LossInputs:
     mask: Tensor
     group_ids: Tensor
     logp_proximal: Tensor | None = None
+    logp_rollout: Tensor | None = None
 
     def rows(self, index: Tensor | slice) -> "LossInputs":
         """The sub-batch of responses `index` (a micro-batch)."""
         prox = None if self.logp_proximal is None else self.logp_proximal[index]
+        rollout = None if self.logp_rollout is None else self.logp_rollout[index]
         return LossInputs(self.logp[index], self.logp_behavior[index], self.advantages[index],
-                          self.mask[index], self.group_ids[index], prox)
+                          self.mask[index], self.group_ids[index], prox, rollout)
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ def validate(inp: LossInputs) -> LossInputs:
     if inp.logp.dim() != 2:
         raise ValueError(f"logp must be (B, T); got shape {tuple(inp.logp.shape)}")
     shape = inp.logp.shape
-    for name in ("logp_behavior", "mask", "logp_proximal"):
+    for name in ("logp_behavior", "mask", "logp_proximal", "logp_rollout"):
         t = getattr(inp, name)
         if t is not None and t.shape != shape:
             raise ValueError(f"{name} must have the shape of logp {tuple(shape)}; got {tuple(t.shape)}")
@@ -91,8 +98,11 @@ def validate(inp: LossInputs) -> LossInputs:
     def clean(t: Tensor | None) -> Tensor | None:
         return None if t is None else torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
 
+    def detached(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.detach()
+
     cleaned = {"logp": clean(inp.logp), "logp_behavior": clean(inp.logp_behavior.detach()),
-               "logp_proximal": clean(None if inp.logp_proximal is None else inp.logp_proximal.detach())}
+               "logp_proximal": clean(detached(inp.logp_proximal)), "logp_rollout": clean(detached(inp.logp_rollout))}
     for name, t in cleaned.items():
         # Padding is 0 now, so this checks the valid tokens (without a masked copy of the tensor).
         if t is not None and not bool(torch.isfinite(t.detach()).all()):
@@ -100,7 +110,7 @@ def validate(inp: LossInputs) -> LossInputs:
     if not bool(torch.isfinite(inp.advantages).all()):
         raise ValueError("advantages has NaN or inf")
     return LossInputs(cleaned["logp"], cleaned["logp_behavior"], inp.advantages.detach(), mask, inp.group_ids,
-                      cleaned["logp_proximal"])
+                      cleaned["logp_proximal"], cleaned["logp_rollout"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,6 +253,20 @@ def proximal_log_prob(inp: LossInputs) -> Tensor:
     """log π_prox, (B, T), no grad: `logp_proximal` when given (several updates per batch), else
     π_θ itself at this moment (one update per batch: π_prox = π_θ at the start of the step)."""
     return (inp.logp if inp.logp_proximal is None else inp.logp_proximal).detach()
+
+
+def rollout_log_prob(inp: LossInputs) -> Tensor:
+    """log π_rollout, (B, T), no grad: `logp_rollout` when the trainer recorded the engine's log-probs
+    apart from the behavior policy's, else `logp_behavior` (no engine mismatch)."""
+    return (inp.logp_behavior if inp.logp_rollout is None else inp.logp_rollout).detach()
+
+
+def prox_rollout_log_ratio(inp: LossInputs) -> Tensor:
+    """log(π_prox / π_rollout) per token, (B, T), no grad, zero on padding, clamped to ±MAX_TOKEN_LOG_RATIO:
+    the log of the rollout-correction weight of verl / TRL / OpenRLHF (their π_old = our π_prox). With one
+    update per batch and no engine mismatch it is log(π_θ / π_b), detached."""
+    lam = (proximal_log_prob(inp) - rollout_log_prob(inp)) * inp.mask
+    return lam.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO)
 
 
 def proximal_ratio(inp: LossInputs) -> Tensor:

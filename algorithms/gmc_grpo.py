@@ -1,10 +1,13 @@
 """gmc_grpo — Group Mass Capping.
 
-Reference: GMC-GRPO (arXiv 2610.01896). The abstract is the primary source; the formula below is from a
-secondary summary, and the numerical details are ours.
+Reference: GMC-GRPO (arXiv 2610.01896). The abstract is the primary source; the formula w = r·min(1, C/Σr)
+is from a secondary summary; the cap C = G(1 + ε) appears in no source we found: it is ours (our reading of
+the abstract), and so are the numerical details. The multiplier is a parameter (`cap_multiplier`, default
+1 + ε) so that the choice can be varied.
+Policies read: π_θ (`logp`, through the surrogate) and π_b (`logp_behavior`, in the weights).
 
 Objective, for each group g of G responses to one prompt:
-    S_g = Σ_{i∈g} r_i,   C = G (1 + ε),   scale_g = min(1, C / S_g)
+    S_g = Σ_{i∈g} r_i,   C = G · c (c = `cap_multiplier`, default 1 + ε [ours]),   scale_g = min(1, C / S_g)
     w_i = r_i · scale_g   (detached),    ℓ_{i,t} = −w_i · A_i · logp_{i,t}
 computed in log space: log scale_g = min(0, log C − logsumexp_{i∈g} Λ_i), w_i = exp(Λ_i + log scale_g).
 
@@ -36,8 +39,10 @@ from .common import (BatchContext, LossInputs, group_index, group_logsumexp, gro
 from .registry import register
 
 
-def group_mass_cap(log_r: torch.Tensor, group_ids: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Return (w (B,), log scale per group (n_groups,), group index (B,)) for trajectory log-ratios log_r.
+def group_mass_cap(log_r: torch.Tensor, group_ids: torch.Tensor, eps: float,
+                   cap_multiplier: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return (w (B,), log scale per group (n_groups,), group index (B,)) for trajectory log-ratios log_r;
+    the cap is C = G · cap_multiplier (default 1 + eps).
 
     Computed in float64 (results in log_r's dtype) and without adding a huge Λ_i to a huge negative
     log scale: with m_g = max_{i∈g} Λ_i and L_g = log Σ_{i∈g} exp(Λ_i − m_g) ∈ [0, log G], a capped
@@ -47,7 +52,10 @@ def group_mass_cap(log_r: torch.Tensor, group_ids: torch.Tensor, eps: float) -> 
     index, n_groups = group_index(group_ids)
     lam = log_r.to(torch.float64)                                      # (B,)
     size = group_sum(torch.ones_like(lam), index, n_groups)
-    log_cap = torch.log(size) + math.log1p(eps)                        # log C = log G + log(1 + ε)
+    multiplier = 1.0 + eps if cap_multiplier is None else cap_multiplier
+    if not multiplier > 0:
+        raise ValueError(f"gmc_grpo: cap_multiplier must be > 0; got {cap_multiplier}")
+    log_cap = torch.log(size) + math.log(multiplier)                   # log C = log G + log c
     gmax = torch.full((n_groups,), -torch.inf, dtype=lam.dtype, device=lam.device)
     gmax = gmax.scatter_reduce(0, index, lam, reduce="amax")           # (n_groups,) m_g
     shifted = lam - gmax[index]                                        # (B,) Λ_i − m_g ≤ 0
@@ -58,9 +66,9 @@ def group_mass_cap(log_r: torch.Tensor, group_ids: torch.Tensor, eps: float) -> 
     return w.to(log_r.dtype), log_scale.to(log_r.dtype), index
 
 
-def prepare(inp: LossInputs, *, eps: float) -> BatchContext:
+def prepare(inp: LossInputs, *, eps: float, cap_multiplier: float | None = None) -> BatchContext:
     log_r = traj_log_ratio(inp).to(torch.float64)                      # (B,)  Λ_i
-    weight, log_scale, index = group_mass_cap(log_r, inp.group_ids, eps)
+    weight, log_scale, index = group_mass_cap(log_r, inp.group_ids, eps, cap_multiplier)
     n_groups = log_scale.numel()
     size = group_sum(torch.ones_like(log_r), index, n_groups)
     # Per-group effective sample size (Σr)² / Σr², as a fraction of G, in log space.
@@ -75,6 +83,7 @@ def prepare(inp: LossInputs, *, eps: float) -> BatchContext:
     })
 
 
-@register("gmc_grpo", prepare=prepare)
+@register("gmc_grpo", prepare=prepare, trust_region="none", correction="group-cap", reads=("theta", "behavior"),
+          source="abstract 2610.01896; formula secondary; C = G(1+eps) ours")
 def gmc_grpo(inp: LossInputs, ctx: BatchContext, *, eps: float):
     return reinforce_token_loss(ctx.tensors["weight"], inp), {}

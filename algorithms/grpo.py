@@ -1,6 +1,7 @@
 """grpo — token-level PPO clip against the behavior policy.
 
 References: DeepSeekMath (arXiv 2402.03300) for GRPO; DAPO (arXiv 2503.14476) for clip-higher.
+Policies read: π_θ (`logp`) and π_b (`logp_behavior`).
 
 Objective (per valid token, A broadcast over the response):
     ℓ_{i,t} = max(−A_i ρ_{i,t}, −A_i clip(ρ_{i,t}, 1 − ε_low, 1 + ε_high))
@@ -21,7 +22,8 @@ from .common import BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_c
 from .registry import register
 
 
-@register("grpo")
+@register("grpo", trust_region="token-clip", correction="token-is", reads=("theta", "behavior"),
+          source="paper 2402.03300 (DeepSeekMath); clip-higher 2503.14476 (DAPO)")
 def grpo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_low: float | None = None,
          eps_high: float | None = None, dual_clip: float | None = None):
     low = 1.0 - (eps if eps_low is None else eps_low)

@@ -1,6 +1,6 @@
 """gspo — Group Sequence Policy Optimization: PPO clip on a length-normalized sequence ratio.
 
-Reference: GSPO (arXiv 2507.18071).
+Reference: GSPO (arXiv 2507.18071). Policies read: π_θ (`logp`) and π_b (`logp_behavior`).
     s_i = exp(Λ_i / |o_i|)  (with grad),   ℓ_i = max(−A_i s_i, −A_i clip(s_i, 1 − ε_low, 1 + ε_high))
 The sequence loss is broadcast over the response's tokens and reduced by the suite's aggregation;
 "seq-mean-token-mean" gives the paper's exact form.
@@ -15,7 +15,8 @@ from .registry import register
 import torch
 
 
-@register("gspo", uses_eps=False)
+@register("gspo", uses_eps=False, trust_region="sequence-clip", correction="sequence-is", reads=("theta", "behavior"),
+          source="paper 2507.18071")
 def gspo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_low: float = 3e-4, eps_high: float = 4e-4):
     lengths = inp.mask.sum(dim=1).clamp_min(1)                  # (B,)
     log_s = token_log_ratio(inp).sum(dim=1) / lengths

@@ -10,6 +10,7 @@ Symbols → code: ρ' = `proximal_ratio`, π_prox = `logp_proximal` (with one up
 π_θ at the start of the step, so ρ' = 1 and the gradient is −A ∇log π_θ: REINFORCE with the group
 baseline on data from a `delay`-old policy), ε = `eps`, ε_high = `eps_high` (default ε).
 
+Policies read: π_θ (`logp`) and π_prox (`logp_proximal`); never π_b or π_rollout.
 Deviations: none beyond the stalebench-wide ones ([ours] log-ratios clamped to ±20, common.py). This is a
 baseline of ours: it measures what ignoring staleness costs.
 """
@@ -19,7 +20,8 @@ from .common import BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_c
 from .registry import register
 
 
-@register("naive")
+@register("naive", trust_region="token-clip", correction="none", reads=("theta", "prox"),
+          source="ours: baseline (staleness ignored)")
 def naive(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_high: float | None = None):
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
     ratio = proximal_ratio(inp)                                  # (B, T)

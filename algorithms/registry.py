@@ -6,6 +6,11 @@ An estimator is registered with
     def token_loss(inp: LossInputs, ctx: BatchContext, *, eps: float, <own params with defaults>)
         -> tuple[Tensor (B, T), dict[str, Tensor]]
 
+and, optionally, its family (see FAMILY_AXES) and source:
+
+    @register("name", trust_region="token-clip", correction="token-is", reads=("theta", "behavior"),
+              source="repo path@commit")
+
 `prepare(inp, *, eps, <own params>) -> BatchContext` computes detached statistics once over the whole
 optimizer-step batch (see BatchContext). `compute_loss` validates the inputs, runs both, aggregates,
 and turns the metrics into floats — the single place that leaves tensor land.
@@ -24,6 +29,16 @@ TokenLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 PrepareFn = Callable[..., BatchContext]
 
 
+UNSPECIFIED = "unspecified"     # a plugin that does not declare its family gets this on every axis
+# The family axes and their values. trust region: what bounds the update (a clip of the ratio's gradient,
+# a mask that drops tokens or sequences, or nothing); correction: how the behavior/rollout mismatch is
+# weighted (per-token or per-sequence importance weight, a group mass cap, or not at all); reads: which of
+# the four policies (docs/estimators.md) the estimator uses.
+TRUST_REGIONS = ("token-clip", "sequence-clip", "token-mask", "sequence-mask", "none")
+CORRECTIONS = ("token-is", "sequence-is", "group-cap", "none")
+POLICIES = ("theta", "prox", "behavior", "rollout")
+
+
 @dataclass(frozen=True)
 class Estimator:
     name: str
@@ -31,6 +46,16 @@ class Estimator:
     prepare: PrepareFn | None
     defaults: dict[str, object]   # the estimator's own parameters (besides eps) and their defaults
     uses_eps: bool = True         # whether the suite-level ε changes the estimator (grids skip it otherwise)
+    trust_region: str = UNSPECIFIED
+    correction: str = UNSPECIFIED
+    reads: tuple[str, ...] = ()   # policies read, a subset of POLICIES (empty: unspecified)
+    source: str = UNSPECIFIED     # where the formula comes from (repository, path, commit; or paper; or "ours")
+
+    @property
+    def family(self) -> dict[str, str]:
+        """The estimator's family as plain strings (what a trial records)."""
+        return {"trust_region": self.trust_region, "correction": self.correction,
+                "reads": "+".join(self.reads) if self.reads else UNSPECIFIED}
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -43,13 +68,28 @@ def _own_params(fn: Callable | None) -> dict[str, object]:
             if p.kind is p.KEYWORD_ONLY and p.name != "eps"}
 
 
-def register(name: str, prepare: PrepareFn | None = None, uses_eps: bool = True) -> Callable[[TokenLossFn], TokenLossFn]:
-    """Register an estimator; `uses_eps=False` declares that it accepts and ignores ε."""
+def _check_family(name: str, trust_region: str, correction: str, reads: tuple[str, ...]) -> None:
+    for axis, value, valid in (("trust_region", trust_region, TRUST_REGIONS), ("correction", correction, CORRECTIONS)):
+        if value != UNSPECIFIED and value not in valid:
+            raise ValueError(f"estimator {name!r}: {axis} {value!r} is not one of {', '.join(valid)}")
+    unknown = [p for p in reads if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"estimator {name!r}: reads {unknown[0]!r}, not one of {', '.join(POLICIES)}")
+
+
+def register(name: str, prepare: PrepareFn | None = None, uses_eps: bool = True, *,
+             trust_region: str = UNSPECIFIED, correction: str = UNSPECIFIED, reads: tuple[str, ...] = (),
+             source: str = UNSPECIFIED) -> Callable[[TokenLossFn], TokenLossFn]:
+    """Register an estimator; `uses_eps=False` declares that it accepts and ignores ε. The family keywords
+    (see TRUST_REGIONS, CORRECTIONS, POLICIES) and `source` are optional: a plugin that omits them is listed
+    and recorded as "unspecified"."""
     def deco(fn: TokenLossFn) -> TokenLossFn:
         if name in _REGISTRY:
             raise ValueError(f"estimator {name!r} is registered twice")
+        _check_family(name, trust_region, correction, tuple(reads))
         defaults = {**_own_params(prepare), **_own_params(fn)}
-        _REGISTRY[name] = Estimator(name, fn, prepare, defaults, uses_eps)
+        _REGISTRY[name] = Estimator(name, fn, prepare, defaults, uses_eps, trust_region, correction,
+                                    tuple(reads), source)
         return fn
     return deco
 
@@ -113,6 +153,25 @@ def estimator_defaults(name: str) -> dict[str, object]:
     return dict(get_estimator(name).defaults)
 
 
+def estimator_family(name: str) -> dict[str, str]:
+    """{"trust_region", "correction", "reads"} of estimator `name`, plain strings ("unspecified" for a plugin
+    that did not declare them): what a trial records in its params so that reports need not import us."""
+    return get_estimator(name).family
+
+
+def estimator_source(name: str) -> str:
+    """Where estimator `name`'s formula comes from, as its registry entry states it."""
+    return get_estimator(name).source
+
+
+def describe(name: str) -> dict[str, object]:
+    """Everything the registry knows about estimator `name`, as plain data (the `stalebench estimators` listing):
+    name, family axes, whether ε is used, batch statistics, source and the own parameters' defaults."""
+    est = get_estimator(name)
+    return {"name": name, **est.family, "uses_eps": est.uses_eps, "batch_statistics": est.prepare is not None,
+            "source": est.source, "params": dict(est.defaults)}
+
+
 def check_params(name: str, params: dict[str, object]) -> None:
     """Raise ValueError if `params` holds a name the estimator does not take."""
     est = get_estimator(name)
@@ -146,7 +205,7 @@ def _prepare(est: Estimator, inp: LossInputs, eps: float, params: dict[str, obje
         return BatchContext()
     with torch.no_grad():
         detached = LossInputs(inp.logp.detach(), inp.logp_behavior, inp.advantages, inp.mask,
-                              inp.group_ids, inp.logp_proximal)
+                              inp.group_ids, inp.logp_proximal, inp.logp_rollout)
         return est.prepare(detached, eps=eps, **_pick(est.prepare, params))
 
 

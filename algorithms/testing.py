@@ -6,7 +6,7 @@
 Every registered estimator must: give a finite, differentiable 0-d loss with metrics that are plain
 finite floats named "area/name"; give zero gradient on padding whatever the padding holds; reduce to the
 plain policy gradient −∇ aggregate(A · logp) on-policy (logp == logp_behavior, one update), where every
-trust region is inactive; and give the same loss and gradient when the batch is split into micro-batches
+trust region is inactive; read logp_rollout = None as logp_behavior; and give the same loss and gradient when the batch is split into micro-batches
 (batch statistics from `prepare_context` on the whole batch, step-global denominators). stalebench's own
 contract tests run these over every built-in estimator and aggregation.
 """
@@ -78,6 +78,21 @@ def check_on_policy_limit(name: str, aggregation: str = "token-mean", **params) 
         f"{name}: on-policy, the gradient is not the plain policy gradient −∇ aggregate(A·logp)"
 
 
+def check_rollout_defaults_to_behavior(name: str, aggregation: str = "token-mean", **params) -> None:
+    """logp_rollout = None means "the same as logp_behavior": passing it explicitly (with junk on the padding)
+    changes neither the loss nor the gradient."""
+    implicit = contract_batch(spread=0.5)
+    compute_loss(name, implicit, eps=0.2, **_agg(aggregation), **params).loss.backward()
+    base = contract_batch(spread=0.5)
+    junk = torch.full((B, T), math.nan, dtype=torch.float64)
+    explicit = LossInputs(base.logp, base.logp_behavior, base.advantages, base.mask, base.group_ids, None,
+                          torch.where(base.mask, base.logp_behavior, junk))
+    out = compute_loss(name, explicit, eps=0.2, **_agg(aggregation), **params)
+    out.loss.backward()
+    assert torch.allclose(base.logp.grad, implicit.logp.grad, rtol=1e-12, atol=1e-12), \
+        f"{name}: logp_rollout equal to logp_behavior changes the gradient"
+
+
 def check_micro_batch_invariance(name: str, aggregation: str = "token-mean", **params) -> None:
     whole = contract_batch(spread=0.6)
     compute_loss(name, whole, eps=0.2, **_agg(aggregation), **params).loss.backward()
@@ -92,7 +107,8 @@ def check_micro_batch_invariance(name: str, aggregation: str = "token-mean", **p
         f"{name}: micro-batches do not sum to the whole batch's gradient"
 
 
-CHECKS = (check_finite_and_metrics, check_zero_gradient_on_padding, check_on_policy_limit, check_micro_batch_invariance)
+CHECKS = (check_finite_and_metrics, check_zero_gradient_on_padding, check_on_policy_limit,
+          check_rollout_defaults_to_behavior, check_micro_batch_invariance)
 
 
 def check_estimator(name: str, **params) -> None:

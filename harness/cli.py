@@ -125,6 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--mlflow-run-id", default=None, help="also log scores to this MLflow run")
     ch = sub.add_parser("check", help="validate a suite file and list its trials")
     _suite_args(ch)
+    es = sub.add_parser("estimators", help="list every registered estimator with its family, source and parameters")
+    es.add_argument("--json", action="store_true", help="one JSON object per estimator, one per line")
     bb = sub.add_parser("build-base", help="build a new frozen base checkpoint version (minutes; differs across CPUs)")
     bb.add_argument("--name", required=True, help="the new version's name, e.g. tiny-addrev-v2")
     bb.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -191,10 +193,28 @@ def _cmd_check(args) -> int:
         print(f"tracking: {describe_mirrors(suite.tracking)}")
     for t in trials:
         print(f"  {t.trial_id}")
+    from . import coincidences
+    for line in coincidences.describe(coincidences.compute(trials)):
+        print(line)
     from .report.stats import MIN_CONFIDENT_SEEDS
     if len(suite.seeds) < MIN_CONFIDENT_SEEDS:
         print(f"warning: {len(suite.seeds)} seed(s) per cell; the report marks intervals from fewer than "
               f"{MIN_CONFIDENT_SEEDS} seeds as low-confidence (docs/report.md)", file=sys.stderr)
+    return 0
+
+
+def _cmd_estimators(args) -> int:
+    import json
+
+    from algorithms import describe, loss_names
+    for name in loss_names():
+        d = describe(name)
+        if args.json:
+            print(json.dumps(d, default=str))
+            continue
+        params = ", ".join(f"{k}={v}" for k, v in d["params"].items()) or "-"
+        print(f"{name}\n  family: {d['trust_region']} / {d['correction']} / reads {d['reads']}"
+              f"{'' if d['uses_eps'] else ' (eps unused)'}\n  source: {d['source']}\n  params: {params}")
     return 0
 
 
@@ -273,7 +293,7 @@ def _cmd_build_base(args) -> int:
 
 COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status": _cmd_status, "report": _cmd_report,
             "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval, "build-base": _cmd_build_base,
-            "compare": _cmd_compare}
+            "compare": _cmd_compare, "estimators": _cmd_estimators}
 
 
 def main(argv: list[str] | None = None) -> int:

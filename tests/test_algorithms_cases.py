@@ -125,7 +125,7 @@ def test_grpo_seq_mean_token_mean_with_padding():
 # REINFORCE-surrogate family: ℓ = −w · A · logp with w detached ⇒ ∂ℓ/∂logp = −w A (per token, /N)
 # ----------------------------------------------------------------------------------------------
 
-def test_tic_grpo():
+def test_tic_is():
     # ε = 0.2, w_i = min(r_i, 1.2), r_i = exp(Λ_i), Λ_i = Σ_t m λ.
     # row 0: λ = [0.5, 0.3] → Λ = 0.8, r = 2.2255 > 1.2 → w = 1.2 (clipped), A = 1
     # row 1: λ = [−0.2, 0.1] → Λ = −0.1 → w = e^−0.1 = 0.904837, A = −0.5
@@ -136,7 +136,7 @@ def test_tic_grpo():
     # grad = −w A / 5: row 0: −0.24; row 1: +0.0904837; row 2: −0.4420684
     inp = batch([[0.5, 0.3], [-0.2, 0.1], [0.1, 0.0]], [1.0, -0.5, 2.0], mask=[[1, 1], [1, 1], [1, 0]],
                 logp=[[-1.0, -2.0], [-0.5, -1.0], [-3.0, 0.0]])
-    out, grad = run("tic_grpo", inp, eps=0.2)
+    out, grad = run("tic_is", inp, eps=0.2)
     close(out.loss, 1.9104794889853831)
     close(grad, [[-0.24, -0.24], [0.0904837418, 0.0904837418], [-0.4420683672, 0.0]])
     # 1 of 3 clipped; mean w = (1.2 + 0.904837 + 1.105171)/3 = 1.070003; max Λ = 0.8
@@ -161,21 +161,23 @@ def test_topr():
 
 
 def test_tis():
-    # w = min(ρ, C) per token, detached.
+    # One update per batch, no mismatch: w = min(π_prox/π_rollout, C) = min(ρ, C) per token, detached, times the
+    # PPO clip of ρ' = π_θ/π_prox = 1, whose value is −A and whose gradient is −A ρ' = −A per token.
     # row 0: A = 1,  ρ = [3, 0.5] → w = [2 (truncated at C=2), 0.5]
     # row 1: A = −2, ρ = [1.5, 1] → w = [1.5, 1]
     # logp = [[−1, −2], [−0.5, −3]], N = 4
-    # loss = −(2·1·(−1) + 0.5·1·(−2) + 1.5·(−2)·(−0.5) + 1·(−2)·(−3)) / 4 = −(−2 − 1 + 1.5 + 6)/4 = −1.125
+    # loss = Σ w·(−A) / 4 = (−2 − 0.5 + 3 + 2)/4 = 0.625 (the PPO surrogate's value, not −w A logp: intended change
+    # from the REINFORCE surrogate of the earlier `tis`; the gradient is the same)
     # grad = −w A / 4 = [[−0.5, −0.125], [0.75, 0.5]]
     lam = [[math.log(3.0), math.log(0.5)], [math.log(1.5), 0.0]]
     logp = [[-1.0, -2.0], [-0.5, -3.0]]
     out, grad = run("tis", batch(lam, [1.0, -2.0], logp=logp), eps=0.2)
-    close(out.loss, -1.125)
+    close(out.loss, 0.625)
     close(grad, [[-0.5, -0.125], [0.75, 0.5]])
     close(out.metrics["tis/truncated_frac"], 0.25)
-    # C = 4: (0,0) keeps w = 3: loss = −(−3 − 1 + 1.5 + 6)/4 = −0.875, grad (0,0) = −3/4
+    # C = 4: (0,0) keeps w = 3: loss = (−3 − 0.5 + 3 + 2)/4 = 0.375, grad (0,0) = −3/4
     out, grad = run("tis", batch(lam, [1.0, -2.0], logp=logp), eps=0.2, cap=4.0)
-    close(out.loss, -0.875)
+    close(out.loss, 0.375)
     close(grad, [[-0.75, -0.125], [0.75, 0.5]])
 
 
@@ -224,50 +226,49 @@ def test_gspo_default_range_ignores_eps():
 
 
 # ----------------------------------------------------------------------------------------------
-# m2po: M = λ², drop the largest M while the kept mean exceeds τ; ℓ = −keep · ρ · A
+# m2po_mask (Algorithm 1): M = λ², drop the largest M while the kept mean exceeds τ; ℓ = −keep · ρ · A
 # ----------------------------------------------------------------------------------------------
 
-def test_m2po():
+def test_m2po_mask():
     # λ = [[0.5, 0.1], [−0.1, 0]] → M = [[0.25, 0.01], [0.01, 0]], τ = 0.04.
     # mean of all = 0.27/4 = 0.0675 > τ → drop 0.25 at (0,0); mean of the rest = 0.02/3 = 0.00667 ≤ τ → stop.
     # keep = [[0, 1], [1, 1]]. A = [1, −2]. ρ: (0,1) e^0.1 = 1.105171, (1,0) e^−0.1 = 0.904837, (1,1) 1.
     # token-mean over all N = 4 tokens (dropped tokens still count):
     # loss = (−1.105171 + 2·0.904837 + 2·1)/4 = 0.676126
     # grad = −keep A ρ / 4 = [[0, −0.276293], [0.452419, 0.5]]
-    out, grad = run("m2po", batch([[0.5, 0.1], [-0.1, 0.0]], [1.0, -2.0]), eps=0.2)
+    out, grad = run("m2po_mask", batch([[0.5, 0.1], [-0.1, 0.0]], [1.0, -2.0]), eps=0.2)
     close(out.loss, 0.6761259794990678)
     close(grad, [[0.0, -e(0.1) / 4], [0.45241870901797976, 0.5]])
     close([out.metrics["m2po/m2_before"], out.metrics["m2po/m2_after"], out.metrics["m2po/masked_frac"]],
           [0.0675, 0.02 / 3, 0.25])
     # τ = 0.1 ≥ 0.0675: nothing is dropped; (0,0) now has grad −1·e^0.5/4.
-    out, grad = run("m2po", batch([[0.5, 0.1], [-0.1, 0.0]], [1.0, -2.0]), eps=0.2, tau=0.1)
+    out, grad = run("m2po_mask", batch([[0.5, 0.1], [-0.1, 0.0]], [1.0, -2.0]), eps=0.2, tau=0.1)
     close(grad, [[-e(0.5) / 4, -e(0.1) / 4], [0.45241870901797976, 0.5]])
     close(out.metrics["m2po/masked_frac"], 0.0)
 
 
 # ----------------------------------------------------------------------------------------------
-# bapo: adaptive bounds, then PPO clip on [c_low, c_high]
+# bapo (the authors' code, README values): P/(N + 1e-8) ≥ ρ0/(1 − ρ0) = 1; c_low rises first (by 0.05 to 0.9),
+# then c_high (by 0.05 to 3.0); PPO clip on [c_low, c_high] with dual clip 3 for A < 0
 # ----------------------------------------------------------------------------------------------
 
-def test_bapo_c_high_rises_eleven_steps():
-    # Tokens (T = 1): row 0 A = +1, ρ = 2; rows 1, 2 A = −1.3, ρ = 1. Target P/N ≥ 0.4/0.6 = 2/3.
-    # P(c_high) = min(2, c_high)·1 = c_high; N(c_low) = 2 · max(1, c_low) · 1.3 = 2.6 for every c_low ≤ 0.9.
-    # Need c_high ≥ 2.6 · 2/3 = 1.7333: 1.70/2.6 = 0.654 < 2/3, 1.75/2.6 = 0.673 ≥ 2/3
-    # → c_high = 1.2 + 11 · 0.05 = 1.75, c_low stays 0.6.
-    # Loss on [0.6, 1.75]: row 0: max(−2, −1.75) = −1.75 (clipped, grad 0); rows 1, 2: ρ = 1 inside,
-    # ℓ = 1.3, grad −A ρ / 3 = 0.433333. loss = (−1.75 + 2.6)/3 = 0.283333
-    inp = batch([[math.log(2.0)], [0.0], [0.0]], [1.0, -1.3, -1.3])
+def test_bapo_c_low_saturates_then_c_high_rises():
+    # Tokens (T = 1): row 0 A = +1, ρ = 3; rows 1, 2 A = −1, ρ = 1. N(c_low) = 2·max(1, c_low) = 2 for every
+    # c_low ≤ 0.9, so raising c_low (0.6 → 0.9 in 6 steps) never meets P/N ≥ 1; then P(c_high) = min(3, c_high):
+    # 2.00/(2 + 1e-8) < 1 (the code's 1e-8 matters), 2.05/(2 + 1e-8) ≥ 1 → c_high = 1.2 + 17·0.05 = 2.05.
+    # Loss on [0.9, 2.05]: row 0: max(−3, −2.05) = −2.05 (clipped, grad 0); rows 1, 2: ρ = 1 inside, ℓ = 1
+    # (dual clip min(1, 3) = 1), grad −A ρ / 3 = 1/3. loss = (−2.05 + 2)/3 = −0.0166667
+    inp = batch([[math.log(3.0)], [0.0], [0.0]], [1.0, -1.0, -1.0])
     out, grad = run("bapo", inp, eps=0.2)
-    close([out.metrics["bapo/c_low"], out.metrics["bapo/c_high"]], [0.6, 1.75])
-    close(out.metrics["bapo/pos_neg_ratio"], 1.75 / 2.6)
-    close(out.loss, 0.85 / 3)
-    close(grad, [[0.0], [1.3 / 3], [1.3 / 3]])
+    close([out.metrics["bapo/c_low"], out.metrics["bapo/c_high"]], [0.9, 2.05])
+    close(out.metrics["bapo/pos_neg_ratio"], 2.05 / (2 + 1e-8))
+    close(out.loss, -0.05 / 3)
+    close(grad, [[0.0], [1 / 3], [1 / 3]])
 
 
-def test_bapo_c_high_saturates_then_c_low_rises():
-    # Rows: A = [+1, −1, −1], ρ = [0.5, 1, 0.7].
-    # P = min(0.5, c_high) = 0.5 for every c_high; N = 1 + max(0.7, c_low) ≥ 1.7 → P/N ≤ 0.294 < 2/3 always.
-    # c_high climbs to 3.0 (36 steps), then c_low to 0.9 (15 steps); final N = 1 + 0.9 = 1.9, P/N = 0.263158.
+def test_bapo_never_balanced_ends_at_both_limits():
+    # Rows: A = [+1, −1, −1], ρ = [0.5, 1, 0.7]. P = min(0.5, c_high) = 0.5 always; N = 1 + max(0.7, c_low) ≥ 1.7
+    # → never met: c_low climbs to 0.9, then c_high to 3.0; final N = 1.9, P/N = 0.5/(1.9 + 1e-8).
     # Loss on [0.9, 3.0]: row 0 A=+1 ρ=0.5: max(−0.5, −0.9) = −0.5, grad −0.5/3
     #                      row 1 A=−1 ρ=1 inside: ℓ = 1, grad +1/3
     #                      row 2 A=−1 ρ=0.7 < 0.9: max(0.7, 0.9) = 0.9 clipped, grad 0
@@ -275,46 +276,62 @@ def test_bapo_c_high_saturates_then_c_low_rises():
     inp = batch([[math.log(0.5)], [0.0], [math.log(0.7)]], [1.0, -1.0, -1.0])
     out, grad = run("bapo", inp, eps=0.2)
     close([out.metrics["bapo/c_low"], out.metrics["bapo/c_high"]], [0.9, 3.0])
-    close(out.metrics["bapo/pos_neg_ratio"], 0.5 / 1.9)
+    close(out.metrics["bapo/pos_neg_ratio"], 0.5 / (1.9 + 1e-8))
     close(out.loss, 1.4 / 3)
     close(grad, [[-0.5 / 3], [1 / 3], [0.0]])
     close(out.metrics["is/clip_frac"], 1 / 3)
 
 
-def test_bapo_stops_at_once_when_balanced_and_never_passes_a_limit():
-    # A = [+1, −1], ρ = [1, 1]: P = 1, N = 1, P/N = 1 ≥ 2/3 → the start bounds (0.6, 1.2) are kept.
-    out = compute_loss("bapo", batch([[0.0], [0.0]], [1.0, -1.0]))
+def test_bapo_dual_clip_three():
+    # Row 0 A = −1, ρ = 4; row 1 A = +1, ρ = 1. P = 1, N = max(4, c_low) = 4: never met → [0.9, 3.0].
+    # Row 0: PPO max(−Aρ, −A clip(ρ)) = max(4, 3) = 4; dual clip min(4, −3A) = 3, constant → grad 0.
+    # Row 1: ℓ = −1, grad −1/2. loss = (3 − 1)/2 = 1. Without the dual clip: row 0 ℓ = 4, grad −Aρ/2 = 2, loss 1.5.
+    inp = batch([[math.log(4.0)], [0.0]], [-1.0, 1.0])
+    out, grad = run("bapo", inp, eps=0.2)
+    close(out.loss, 1.0)
+    close(grad, [[0.0], [-0.5]])
+    inp = batch([[math.log(4.0)], [0.0]], [-1.0, 1.0])
+    out, grad = run("bapo", inp, eps=0.2, dual_clip=None)
+    close(out.loss, 1.5)
+    close(grad, [[2.0], [-0.5]])
+
+
+def test_bapo_stops_at_once_when_balanced_and_a_step_never_passes_a_limit():
+    # A = [+1.5, −1], ρ = [1, 1]: P/(N + 1e-8) = 1.5/1.00000001 ≥ 1 → the start bounds (0.6, 1.2) are kept.
+    out = compute_loss("bapo", batch([[0.0], [0.0]], [1.5, -1.0]))
     close([out.metrics["bapo/c_low"], out.metrics["bapo/c_high"]], [0.6, 1.2])
-    # No negative token: N = 0 → met at once, P/N = inf.
+    # No negative token: N = 0 → P/N = inf, met at once.
     out = compute_loss("bapo", batch([[0.0], [0.0]], [1.0, 0.0]))
     assert out.metrics["bapo/c_high"] == pytest.approx(1.2) and out.metrics["bapo/pos_neg_ratio"] == math.inf
-    # Limits that are not a whole number of steps away: c_high 1.2 + k·0.5 ≤ 2.0 stops at 1.7,
-    # c_low 0.6 + k·0.25 ≤ 1.0 stops at 0.85 (never 2.2 or 1.1). Unbalanced as in the test above.
+    # Limits that are not a whole number of steps away: the code's min(cur + step, max) stops at the limit:
+    # c_low 0.6 → 0.85 → 1.0 (not 1.1); c_high 1.2 → 1.7 → 2.0 (not 2.2). Unbalanced as in the test above.
     inp = batch([[math.log(0.5)], [0.0], [math.log(0.7)]], [1.0, -1.0, -1.0])
     out = compute_loss("bapo", inp, c_high_step=0.5, c_high_max=2.0, c_low_step=0.25, c_low_max=1.0)
-    close([out.metrics["bapo/c_low"], out.metrics["bapo/c_high"]], [0.85, 1.7])
+    close([out.metrics["bapo/c_low"], out.metrics["bapo/c_high"]], [1.0, 2.0])
 
 
-def bapo_bounds_loop(tokens, rho0=0.4, c_low=0.6, c_low_step=0.02, c_low_max=0.9, c_high=1.2,
+def bapo_bounds_loop(tokens, rho0=0.5, c_low=0.6, c_low_step=0.05, c_low_max=0.9, c_high=1.2,
                      c_high_step=0.05, c_high_max=3.0):
-    """The spec's while-loop, one token at a time. tokens: [(ρ, A)] of the valid tokens."""
+    """The authors' two while-loops (recipe/bapo/policy_loss.py), one token at a time. tokens: [(ρ, A)]."""
     target = rho0 / (1 - rho0)
-    k_low = k_high = 0
-    while True:
-        low, high = c_low + k_low * c_low_step, c_high + k_high * c_high_step
-        pos = sum(min(r, high) * a for r, a in tokens if a > 0)
-        neg = sum(abs(max(r, low) * a) for r, a in tokens if a < 0)
-        if neg == 0 or pos / neg >= target:                  # P/N = inf (or 0/0): not below target
-            return low, high
-        if c_high + (k_high + 1) * c_high_step <= c_high_max + 1e-9:
-            k_high += 1
-        elif c_low + (k_low + 1) * c_low_step <= c_low_max + 1e-9:
-            k_low += 1
-        else:
-            return low, high
+
+    def ratio(low, high):
+        eff = [(min(r, high) if a >= 0 else max(r, low)) * a for r, a in tokens]
+        pos, neg = sum(x for x in eff if x > 0), -sum(x for x in eff if x < 0)
+        return math.inf if neg <= 0 else pos / (neg + 1e-8)
+
+    low, high = c_low, c_high
+    value = ratio(low, high)
+    while value < target and low < c_low_max:
+        low = min(low + c_low_step, c_low_max)
+        value = ratio(low, high)
+    while value < target and high < c_high_max:
+        high = min(high + c_high_step, c_high_max)
+        value = ratio(low, high)
+    return low, high
 
 
-@pytest.mark.parametrize("params", [{}, {"rho0": 0.5, "c_high_step": 0.1, "c_high_max": 2.0, "c_low_step": 0.05,
+@pytest.mark.parametrize("params", [{}, {"rho0": 0.4, "c_high_step": 0.1, "c_high_max": 2.0, "c_low_step": 0.02,
                                          "c_low_max": 0.8}])
 def test_bapo_matches_the_loop_on_random_batches(params):
     rng = random.Random(7)
@@ -331,9 +348,13 @@ def test_bapo_matches_the_loop_on_random_batches(params):
         out = compute_loss("bapo", batch(lam, adv, mask=mask), **params)
         assert out.metrics["bapo/c_low"] == pytest.approx(low, abs=1e-9)
         assert out.metrics["bapo/c_high"] == pytest.approx(high, abs=1e-9)
-        start_high = params.get("c_high", 1.2)
-        outcomes.add("start" if high == start_high else "c_high" if low == params.get("c_low", 0.6) else "c_low")
-    assert outcomes == {"start", "c_high", "c_low"}           # the draws exercise every phase of the loop
+        # Raising c_low only raises N, so the c_low loop never ends the search early: once c_low moved it
+        # reaches its limit and c_high takes over (met on the way, or at its limit too).
+        if low != pytest.approx(params.get("c_low", 0.6)):
+            assert low == pytest.approx(params.get("c_low_max", 0.9))
+        outcomes.add("start" if low == pytest.approx(params.get("c_low", 0.6)) else
+                     "limits" if high == pytest.approx(params.get("c_high_max", 3.0)) else "c_high")
+    assert outcomes == {"start", "c_high", "limits"}          # the draws exercise every phase of the loops
 
 
 # ----------------------------------------------------------------------------------------------

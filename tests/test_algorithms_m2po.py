@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from algorithms.m2po import second_moment_mask
+from algorithms.m2po_mask import second_moment_mask
 
 
 def loop_mask(m2: list[list[float]], mask: list[list[bool]], tau: float) -> list[list[bool]]:

@@ -57,7 +57,7 @@ def test_trial_is_deterministic(tmp_path):
 
 
 def test_on_policy_measurement_has_no_bias_against_plain_is(tmp_path):
-    _, _, evals = run(tmp_path, "a", tiny(delay=0, algorithm="tic_grpo"))
+    _, _, evals = run(tmp_path, "a", tiny(delay=0, algorithm="tic_is"))
     assert evals[-1]["lab/pair_kl"] == 0.0 and evals[-1]["lab/bias_tis"] == 0.0
 
 
@@ -92,7 +92,7 @@ def test_the_lab_suite_loads_and_expands():
 
     suite = load_suite_file(REPO / "suites" / "estimator-lab.yaml")
     trials = expand(suite)
-    assert {t.config.algorithm for t in trials} >= {"grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo", "is_none"}
+    assert {t.config.algorithm for t in trials} >= {"grpo", "tic_is", "gmc_grpo", "m2po", "bapo", "is_none"}
     assert all(t.config.lab is not None for t in trials)
     assert len(trials) <= 100                                     # sized for < 3 minutes on 2 cores
 

@@ -74,7 +74,7 @@ def lab_results(tmp_path_factory) -> Path:
             "train": {"steps": 10, "lr": 5.0, "prompts_per_step": 2, "advantage": "mean", "grad_clip": 0.0},
             "eval": {"every_steps": 5}, "lab": TINY_LAB}
     suite = {"suite": "lab-tiny", "version": 1, "base": base,
-             "grid": {"algorithm": ["gmc_grpo", "tic_grpo"], "delay": [0, 2, 6]}, "seeds": [0, 1]}
+             "grid": {"algorithm": ["gmc_grpo", "tic_is"], "delay": [0, 2, 6]}, "seeds": [0, 1]}
     root.mkdir(parents=True)
     (root / "suite.yaml").write_text(yaml.safe_dump(suite))
     for algo in suite["grid"]["algorithm"]:

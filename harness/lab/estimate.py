@@ -36,7 +36,7 @@ is a finite sum), and κ = (G−1)/(G·L) for advantage "mean" with any rewards 
 g* is the gradient an on-policy run follows; it is parallel to ∇J, so cosines are taken with ∇J.
 
 Bias vs plain IS. Two references, each paired with the estimator on the same groups (the difference has
-far lower variance than either): `bias_tis` against trajectory-level IS w_i = r_i (`tic_grpo` with
+far lower variance than either): `bias_tis` against trajectory-level IS w_i = r_i (`tic_is` with
 ε = 1e12, so its clip never binds: the unbiased estimator TIC and GMC both modify; in mean mode its
 expectation is exactly g*, so `bias_tis` and `bias_true` estimate the same vector), and `bias_is`
 against the registered `is_none` (token-level ratios, itself biased off-policy). With advantage "std"
@@ -64,7 +64,7 @@ from algorithms import LossInputs, compute_loss, group_advantages
 from . import policy
 from .policy import DTYPE, Problem
 
-TRAJ_IS = ("tic_grpo", 1e12)      # plain trajectory IS through the registry: w_i = min(r_i, 1 + 1e12) = r_i
+TRAJ_IS = ("tic_is", 1e12)      # plain trajectory IS through the registry: w_i = min(r_i, 1 + 1e12) = r_i
 TOKEN_IS = "is_none"              # the registered unclipped token-level estimator
 
 

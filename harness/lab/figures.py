@@ -100,7 +100,7 @@ def bias_vs_eps(by_eps: list[dict[str, Any]], delta: list[dict[str, Any]], out_d
     ax = fig.add_subplot(1, 2, 2)
     eps = [r["eps"] for r in delta]
     ax.plot(eps, [r["delta_gmc_mean"] for r in delta], "o-", color=_color(styles, "gmc_grpo"), label="δ_GMC (mean)")
-    ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color(styles, "tic_grpo"), label="δ_clip (mean)")
+    ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color(styles, "tic_is"), label="δ_clip (mean)")
     ax.set(xlabel="ε", ylabel="max_i |1 − w_i/r_i|", title="weight distortion per group")
     _log_x(ax, eps)
     ax.legend(fontsize=7)

@@ -90,7 +90,7 @@ def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[s
     # Claim 2 --------------------------------------------------------------------------------------
     ef = eps_fits(data)
     below = all(g["bias_tis"] < t["bias_tis"] for g, t in _pairs(data["by_eps"], "eps"))
-    gmc_e, tic_e = ef.get("gmc_grpo"), ef.get("tic_grpo")
+    gmc_e, tic_e = ef.get("gmc_grpo"), ef.get("tic_is")
     rows.append({"claim": "2. GMC improves the ε-dependence of the fourth-order delay term from O(ε⁻⁴) to O(ε⁻²)",
                  "verdict": "not testable here",
                  "numbers": f"proxy at G = {cfg['sweep_group_size']}, KL = {cfg['kl']:g}: fitted exponent p of "
@@ -120,7 +120,7 @@ def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[s
     fits = g_fits(data)
     kls = sorted({k for k, _ in fits})
     gmc = [fits[(kl, "gmc_grpo")] for kl in kls if (kl, "gmc_grpo") in fits]
-    tic = [fits[(kl, "tic_grpo")] for kl in kls if (kl, "tic_grpo") in fits]
+    tic = [fits[(kl, "tic_is")] for kl in kls if (kl, "tic_is") in fits]
     gmc_ok = [f for f in gmc if math.isfinite(f["slope"])]
     tic_ok = [f for f in tic if math.isfinite(f["slope"])]
     if any(f["lo"] > 0 for f in gmc_ok) or any(f["hi"] < -0.5 for f in tic_ok):
@@ -130,8 +130,8 @@ def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[s
     else:
         v4 = "inconclusive"
     per_kl = "; ".join(f"KL {kl:g} (χ² = {_chi2(data, kl):.3g}): GMC {_s(fits[(kl, 'gmc_grpo')])}, TIC "
-                       f"{_s(fits[(kl, 'tic_grpo')])}" for kl in kls
-                       if (kl, "gmc_grpo") in fits and (kl, "tic_grpo") in fits)
+                       f"{_s(fits[(kl, 'tic_is')])}" for kl in kls
+                       if (kl, "gmc_grpo") in fits and (kl, "tic_is") in fits)
     rows.append({"claim": "4. For fixed policies, group rescaling's bias vanishes as G → ∞; clipping's persists",
                  "verdict": v4,
                  "numbers": f"ε = {cfg['eps']:g}, exponent p of bias = c·G^p (weighted fit over every G ≥ "
@@ -217,8 +217,8 @@ def _per_g_rows(by_g: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[
 
 def _pairs(rows: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     by = {(r[key], r["estimator"]): r for r in rows}
-    return [(by[(k, "gmc_grpo")], by[(k, "tic_grpo")]) for k in sorted({r[key] for r in rows})
-            if (k, "gmc_grpo") in by and (k, "tic_grpo") in by]
+    return [(by[(k, "gmc_grpo")], by[(k, "tic_is")]) for k in sorted({r[key] for r in rows})
+            if (k, "gmc_grpo") in by and (k, "tic_is") in by]
 
 
 def _chi2(data: dict[str, Any], kl: float) -> float:
@@ -295,7 +295,7 @@ def _sweep_sections(data: dict[str, Any], out_dir: Path, styles: figures.Styles)
              f"SE exceeds a third of the bias, up to {cfg['sweep_max_groups']}; the count is in brackets "
              f"below), in draws of {cfg['batch_groups']} groups (one optimizer step's batch), advantage "
              f"'{cfg['adv_mode']}', aggregation '{cfg['aggregation']}'; computed in {cfg['seconds']} s. Bias is "
-             f"‖E[ĝ − ĝ_trajIS]‖ on paired groups (plain trajectory IS: tic_grpo at ε = 1e12), de-noised, with "
+             f"‖E[ĝ − ĝ_trajIS]‖ on paired groups (plain trajectory IS: tic_is at ε = 1e12), de-noised, with "
              f"95% CIs from its unbiased squared estimate. Slopes: bias = c·G^p fitted by weighted nonlinear "
              f"least squares to the squared estimates of every point with G ≥ {cfg['fit_min_g']} (none is "
              f"dropped for being small); a slope is read as an exponent only when its 95% CI is at most "

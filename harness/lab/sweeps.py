@@ -33,8 +33,8 @@ from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs, write_sweep
 
 EPS_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)        # the ε range
 KL_GRID = (0.05, 0.1, 0.2, 0.5, 1.0)         # nats, KL(π_b ‖ π_θ)
-FOCUS = ("gmc_grpo", "tic_grpo")             # the two estimators the paper's G and ε claims compare
-CLIP, CAP = "tic_grpo", "gmc_grpo"           # trajectory clipping, group mass capping (ctx tensor "weight": w_i)
+FOCUS = ("gmc_grpo", "tic_is")             # the two estimators the paper's G and ε claims compare
+CLIP, CAP = "tic_is", "gmc_grpo"           # trajectory clipping, group mass capping (ctx tensor "weight": w_i)
 RESOLVE = 3.0                                # re-measure while bias < RESOLVE · SE (SE comparable to the value)
 
 

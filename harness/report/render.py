@@ -130,7 +130,9 @@ def leaderboard_columns(other: list[str], baseline: str, compact: bool = False) 
             Column(f"PoI vs {baseline} [95% CI]", _poi(baseline)),
             Column("seeds", _integer("seeds")),
             Column("status", _text("status_counts"), numeric=False)]
-    notes = [] if compact else [Column("notes", _text("shared_note"), numeric=False)]
+    notes = [] if compact else [Column("family", _text("family"), numeric=False),
+                                Column("same gradient as", _text("coincides_with"), numeric=False),
+                                Column("notes", _text("shared_note"), numeric=False)]
     return head + main + ([] if compact else extra) + tail + notes
 
 

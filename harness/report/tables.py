@@ -26,6 +26,7 @@ import pandas as pd
 
 from harness import trialdir
 from harness.report import collapse as col
+from harness.report import families
 from harness.report import stats
 from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults
 from harness.report.render import show
@@ -329,7 +330,7 @@ def analyse(res: SuiteResults) -> Analysis:
     trials["config"] = [config_label(r, other) if r["has_params"] else "" for r in trials.to_dict("records")]
     cell_trials["config"] = [config_label(r, other) for r in cell_trials.to_dict("records")]
     cell_trials["slice"] = [slice_label(r, other) for r in cell_trials.to_dict("records")]
-    cells = cell_table(cell_trials, res.param_keys, res.settings.baseline)
+    cells = families.annotate(cell_table(cell_trials, res.param_keys, res.settings.baseline), res)
     board, top_delay = leaderboard(cells)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
                     res.settings.baseline)

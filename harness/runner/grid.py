@@ -19,6 +19,7 @@ import contextlib
 import time
 from pathlib import Path
 
+from .. import coincidences
 from ..config import ConfigError
 from ..kinds import suite_kinds
 from ..session import SuiteSession
@@ -41,10 +42,12 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     are checked); existing results whose resolved config differs from the suite's are never taken as
     finished (`on_change` says what to do). Raises KeyboardInterrupt when interrupted (Ctrl+C) after
     Tune stopped the trials; running the same suite again resumes them."""
-    trials = select_trials(expand(suite) if trials is None else trials, only)
+    every = expand(suite) if trials is None else trials
+    trials = select_trials(every, only)
     say = printer(progress)
     session = SuiteSession.open(suite, trials, Path(results_root), on_change)
     suite_dir, superseded, ids = session.suite_dir, session.superseded, [t.trial_id for t in trials]
+    coincidences.write(suite_dir, coincidences.compute(every))      # read by the report (its one owner)
     pending = session.pending()
     say(f"suite {suite.name}: {len(trials)} trials, {len(trials) - len(pending)} already finished, "
         f"{len(pending)} to run -> {suite_dir}" + (f" ({len(superseded)} rerun after a config change; old "
