@@ -45,6 +45,24 @@ class _Layer:
     w_down: torch.Tensor        # (C, I)
 
 
+@dataclass
+class Packing:
+    """Which cells of a (b, t) grid of positions hold the N tokens computed, packed as rows: the update runs
+    its projections and MLP on the valid tokens only (a response's padding after <eos> is skipped)."""
+    index: torch.Tensor         # (N,) flat cell indices, increasing
+    b: int
+    t: int
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, …) → (b, t, …), zeros in the cells not computed."""
+        grid = x.new_zeros(self.b * self.t, *x.shape[1:]).index_copy(0, self.index, x)
+        return grid.view(self.b, self.t, *x.shape[1:])
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, t, …) → (N, …)."""
+        return x.reshape(self.b * self.t, *x.shape[2:]).index_select(0, self.index)
+
+
 class LeanQwen3:
     """A functional view of a transformers `Qwen3ForCausalLM`'s parameters. Build it where it is used (it
     concatenates the current weights, with autograd when grad is on): after an optimizer step, build a new one.
@@ -102,27 +120,32 @@ class LeanQwen3:
                                              scale=self.scale, enable_gqa=self.Hkv != H)   # (b, H, t, D)
         return out.transpose(1, 2).reshape(b, t, H * D)
 
-    def _block(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KV,
-               bias: torch.Tensor) -> torch.Tensor:
-        """Decoder layer i on x (b, t, C); kv(i, k, v) turns this step's k, v (b, Hkv, t, D) into the keys and
-        values to attend to (the cache, or the prompt's followed by these)."""
-        L, (b, t, C) = self.layers[i], x.shape
+    def _block(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KV, bias: torch.Tensor,
+               packing: Packing | None) -> torch.Tensor:
+        """Decoder layer i on x (b, t, C), or on packed rows x (N, C) of a (b, t) grid (`packing`): attention
+        runs on the grid, everything else on the rows. kv(i, k, v) turns this step's k, v (b, Hkv, t, D) into
+        the keys and values to attend to (the cache, or the prompt's followed by these)."""
+        L, C = self.layers[i], x.shape[-1]
         H, Hkv, D = self.H, self.Hkv, self.D
-        qkv = F.linear(F.rms_norm(x, (C,), L.w_in, self.eps), L.w_qkv)             # (b, t, (H + 2Hkv) D)
-        qk = F.rms_norm(qkv[..., :(H + Hkv) * D].view(b, t, H + Hkv, D), (D,), None, self.eps) * L.w_qk_norm
+        qkv = F.linear(F.rms_norm(x, (C,), L.w_in, self.eps), L.w_qkv)             # (…, (H + 2Hkv) D)
+        qk = F.rms_norm(qkv[..., :(H + Hkv) * D].unflatten(-1, (H + Hkv, D)), (D,), None, self.eps) * L.w_qk_norm
         qk = qk * cos + qk.roll(D // 2, -1) * sin                                 # RoPE on q and k at once
-        v = qkv[..., (H + Hkv) * D:].view(b, t, Hkv, D)
+        v = qkv[..., (H + Hkv) * D:].unflatten(-1, (Hkv, D))
+        if packing is not None:
+            qk, v = packing.pad(qk), packing.pad(v)
         keys, values = kv(i, qk[:, :, H:].transpose(1, 2), v.transpose(1, 2))
-        x = x + F.linear(self._attend(qk[:, :, :H], keys, values, bias), L.w_o)
+        attended = self._attend(qk[:, :, :H], keys, values, bias)                 # (b, t, H D)
+        x = x + F.linear(attended if packing is None else packing.unpad(attended), L.w_o)
         gate, up = F.linear(F.rms_norm(x, (C,), L.w_post, self.eps), L.w_gate_up).chunk(2, -1)
         return x + F.linear(F.silu(gate) * up, L.w_down)
 
-    def run(self, ids: torch.Tensor, positions: torch.Tensor, kv: KV, bias: torch.Tensor) -> torch.Tensor:
-        """ids, positions (b, t) → last hidden states (b, t, C)."""
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, kv: KV, bias: torch.Tensor,
+            packing: Packing | None = None) -> torch.Tensor:
+        """ids, positions (b, t) → last hidden states (b, t, C); or (N,) → (N, C) with `packing`."""
         cos, sin = self.rope(positions)
         x = F.embedding(ids, self.embed)
         for i in range(len(self.layers)):
-            x = self._block(i, x, cos, sin, kv, bias)
+            x = self._block(i, x, cos, sin, kv, bias, packing)
         return x
 
     # -- whole computations --------------------------------------------------------------------
@@ -146,26 +169,29 @@ class LeanQwen3:
         return h[:, -1], past, bias
 
     def response_logits(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
-                        group_size: int) -> torch.Tensor:
+                        response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
         """Logits (b, T, V) that predict each response token: the prompt (one per group of g = group_size
-        consecutive rows) then the response's first T-1 tokens; transformers' `token_logp` computes the same."""
+        consecutive rows) then the response's first T-1 tokens, of which only those that predict a valid
+        token are computed (the others' logits are 0); transformers' `token_logp` computes the same."""
         b, T = response_ids.shape
         g = group_size
         h_last, past, key_bias = self.prefix(prompt_ids[::g], prompt_mask[::g])
-        h = h_last.repeat_interleave(g, 0)[:, None]                                # (b, 1, C)
-        if T > 1:
-            t = T - 1
-            positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(t, device=response_ids.device)
-            causal = torch.ones(t, t, dtype=torch.bool, device=response_ids.device).tril()
-            bias = torch.cat([key_bias.repeat_interleave(g, 0).expand(b, 1, t, -1),
-                              torch.zeros(t, t).masked_fill(~causal, float("-inf")).expand(b, 1, t, t)], -1)
+        first = self.logits(h_last).repeat_interleave(g, 0)[:, None]              # (b, 1, V)
+        if T == 1:
+            return first
+        t, device = T - 1, response_ids.device
+        packing = Packing(response_mask[:, 1:].reshape(-1).nonzero().squeeze(1), b, t)
+        positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(t, device=device)      # (b, t)
+        causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+        bias = torch.cat([key_bias.repeat_interleave(g, 0).expand(b, 1, t, -1),
+                          torch.zeros(t, t, device=device).masked_fill(~causal, float("-inf")).expand(b, 1, t, t)], -1)
 
-            def kv(i, k, v):
-                pk, pv = past[i]
-                return torch.cat([pk.repeat_interleave(g, 0), k], 2), torch.cat([pv.repeat_interleave(g, 0), v], 2)
+        def kv(i, k, v):
+            pk, pv = past[i]
+            return torch.cat([pk.repeat_interleave(g, 0), k], 2), torch.cat([pv.repeat_interleave(g, 0), v], 2)
 
-            h = torch.cat([h, self.run(response_ids[:, :-1], positions, kv, bias)], 1)   # (b, T, C)
-        return self.logits(h)
+        h = self.run(packing.unpad(response_ids[:, :-1]), packing.unpad(positions), kv, bias, packing)   # (N, C)
+        return torch.cat([first, packing.pad(self.logits(h))], 1)
 
 
 def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) -> torch.Tensor:
@@ -173,12 +199,15 @@ def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size:
     prompt once per group when the rows hold whole groups, as the transformers path does)."""
     b = r.response_ids[rows].shape[0]
     g = group_size if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0 else 1
-    return LeanQwen3(model).response_logits(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows], g)
+    return LeanQwen3(model).response_logits(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows],
+                                            r.response_mask[rows], g)
 
 
 class LeanEngine:
     """The transformers engine's sampling (hf.py) over the lean forward: same interface, same seeded draws
-    (one generator per call), each prompt prefilled once, a KV cache allocated once and written in place."""
+    (one generator per call), each prompt prefilled once, a KV cache allocated once and written in place, from
+    which a response's row is dropped once it has ended (the sampling still draws for every row, like hf.py,
+    so the draws of the others are the same)."""
     shares_weights = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0):
@@ -215,6 +244,7 @@ class LeanEngine:
         position = mask.sum(-1).repeat_interleave(n, 0)[:, None]                    # (B, 1)
         tokens, logps, alive = [], [], []
         done = torch.zeros(B, dtype=torch.bool, device=device)
+        rows = torch.arange(B, device=device)                 # the rows still generating, as held in the cache
         for t in range(max_new_tokens):
             if temperature > 0:
                 logprobs = torch.log_softmax(logits / temperature, dim=-1)
@@ -229,6 +259,10 @@ class LeanEngine:
             done = done | (token == tok.eos_token_id)
             if bool(done.all()) or t == max_new_tokens - 1:
                 break
+            live = ~done[rows]                                  # of the rows still in the cache
+            if not bool(live.all()):                           # drop finished rows: they are never read again
+                rows, position, bias = rows[live], position[live], bias[live]
+                cache = [(k[live], v[live]) for k, v in cache]
             slot = P + t
 
             def kv(i, k, v, slot=slot):
@@ -236,7 +270,8 @@ class LeanEngine:
                 ck[:, :, slot:slot + 1], cv[:, :, slot:slot + 1] = k, v
                 return ck[:, :, :slot + 1], cv[:, :, :slot + 1]
 
-            logits = lean.logits(lean.run(token[:, None], position + t, kv, bias[..., :slot + 1])[:, -1])
+            h = lean.run(token[rows][:, None], position + t, kv, bias[..., :slot + 1])[:, -1]
+            logits = logits.index_put((rows,), lean.logits(h))   # a finished row's logits are no longer used
         response_ids, response_mask = torch.stack(tokens, 1), torch.stack(alive, 1)        # (B, T)
         texts = tok.batch_decode(response_ids.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True)
         return Rollout(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), response_ids, response_mask,
