@@ -74,7 +74,8 @@ def test_frozen_base_rollouts_match_transformers(frozen):
 def test_gqa_model_matches_transformers_in_rollout_and_update():
     model, tok = gqa_model()
     r = LeanEngine(model, tok).generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=6, seed=1)
-    valid = r.response_mask
+    valid = r.response_mask           # lengths 2, 1, 6, …, 1, …: finished rows leave the cache, padding is skipped
+    assert valid.sum(1).min() < valid.shape[1] == valid.sum(1).max()
     # A valid rollout: responses are right-padded (valid tokens first), stop at <eos>, one version.
     assert torch.equal(valid, valid.cumprod(1).bool()) and r.version.tolist() == [0] * 12
     ends = valid.sum(1) - 1

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from .base import Rollout
 
 KV = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class LeanError(ValueError):
@@ -120,78 +121,96 @@ class LeanQwen3:
                                              scale=self.scale, enable_gqa=self.Hkv != H)   # (b, H, t, D)
         return out.transpose(1, 2).reshape(b, t, H * D)
 
-    def _block(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KV, bias: torch.Tensor,
-               packing: Packing | None) -> torch.Tensor:
-        """Decoder layer i on x (b, t, C), or on packed rows x (N, C) of a (b, t) grid (`packing`): attention
-        runs on the grid, everything else on the rows. kv(i, k, v) turns this step's k, v (b, Hkv, t, D) into
-        the keys and values to attend to (the cache, or the prompt's followed by these)."""
+    def _block(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """Decoder layer i on x (…, C): attend(i, q, k, v) maps this layer's q (…, H, D) and k, v (…, Hkv, D)
+        to the attention output (…, H·D) (against a cache, the prompt's keys, …); the rest is row-wise."""
         L, C = self.layers[i], x.shape[-1]
         H, Hkv, D = self.H, self.Hkv, self.D
         qkv = F.linear(F.rms_norm(x, (C,), L.w_in, self.eps), L.w_qkv)             # (…, (H + 2Hkv) D)
         qk = F.rms_norm(qkv[..., :(H + Hkv) * D].unflatten(-1, (H + Hkv, D)), (D,), None, self.eps) * L.w_qk_norm
         qk = qk * cos + qk.roll(D // 2, -1) * sin                                 # RoPE on q and k at once
         v = qkv[..., (H + Hkv) * D:].unflatten(-1, (Hkv, D))
-        if packing is not None:
-            qk, v = packing.pad(qk), packing.pad(v)
-        keys, values = kv(i, qk[:, :, H:].transpose(1, 2), v.transpose(1, 2))
-        attended = self._attend(qk[:, :, :H], keys, values, bias)                 # (b, t, H D)
-        x = x + F.linear(attended if packing is None else packing.unpad(attended), L.w_o)
+        x = x + F.linear(attend(i, qk[..., :H, :], qk[..., H:, :], v), L.w_o)
         gate, up = F.linear(F.rms_norm(x, (C,), L.w_post, self.eps), L.w_gate_up).chunk(2, -1)
         return x + F.linear(F.silu(gate) * up, L.w_down)
 
-    def run(self, ids: torch.Tensor, positions: torch.Tensor, kv: KV, bias: torch.Tensor,
-            packing: Packing | None = None) -> torch.Tensor:
-        """ids, positions (b, t) → last hidden states (b, t, C); or (N,) → (N, C) with `packing`."""
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """ids, positions (…) → last hidden states (…, C)."""
         cos, sin = self.rope(positions)
         x = F.embedding(ids, self.embed)
         for i in range(len(self.layers)):
-            x = self._block(i, x, cos, sin, kv, bias, packing)
+            x = self._block(i, x, cos, sin, attend)
         return x
 
+    def grid(self, kv: KV, bias: torch.Tensor) -> Attend:
+        """Attention for tokens laid out (b, t): kv(i, k, v) turns this step's k, v (b, Hkv, t, D) into the
+        keys and values to attend to (e.g. a cache written in place); bias as in _attend."""
+        return lambda i, q, k, v: self._attend(q, *kv(i, k.transpose(1, 2), v.transpose(1, 2)), bias)
+
     # -- whole computations --------------------------------------------------------------------
+    @staticmethod
+    def prompt_biases(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompts' mask (u, P) → the additive bias of their keys for later tokens (u, 1, 1, P),
+        and their own causal bias (u, 1, P, P), in which a padding position attends to itself only (which
+        keeps it finite; no real token sees it)."""
+        P, device = mask.shape[1], mask.device
+        key_ok = mask.bool()[:, None, None, :]
+        causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
+        own = (causal & key_ok) | torch.eye(P, dtype=torch.bool, device=device)
+        return (torch.zeros(key_ok.shape, device=device).masked_fill(~key_ok, float("-inf")),
+                torch.zeros(own.shape, device=device).masked_fill(~own, float("-inf")))
+
     def prefix(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list, torch.Tensor]:
         """Left-padded prompts ids, mask (u, P) → (hidden state of the last token (u, C), per layer the
-        prompt's (k, v), each (u, Hkv, P, D), and the additive key bias of the prompt positions (u, 1, 1, P)).
-        A padding position attends to itself only, which keeps it finite; no real token sees it."""
-        P = ids.shape[1]
-        key_ok = mask.bool()[:, None, None, :]                                     # (u, 1, 1, P)
-        causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()
-        eye = torch.eye(P, dtype=torch.bool, device=ids.device)
-        bias = torch.zeros(key_ok.shape, device=ids.device).masked_fill(~key_ok, float("-inf"))
-        attn_bias = torch.zeros(P, P, device=ids.device).masked_fill(~((causal & key_ok) | eye), float("-inf"))
+        prompt's (k, v), each (u, Hkv, P, D), and the prompt keys' bias for later tokens (u, 1, 1, P))."""
+        key_bias, own_bias = self.prompt_biases(mask)
         past: list = []
 
         def kv(i, k, v):
             past.append((k, v))
             return k, v
 
-        h = self.run(ids, (mask.long().cumsum(-1) - 1).clamp_min(0), kv, attn_bias)
-        return h[:, -1], past, bias
+        h = self.run(ids, _positions(mask), self.grid(kv, own_bias))
+        return h[:, -1], past, key_bias
 
     def response_logits(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                         response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
         """Logits (b, T, V) that predict each response token: the prompt (one per group of g = group_size
         consecutive rows) then the response's first T-1 tokens, of which only those that predict a valid
-        token are computed (the others' logits are 0); transformers' `token_logp` computes the same."""
-        b, T = response_ids.shape
-        g = group_size
-        h_last, past, key_bias = self.prefix(prompt_ids[::g], prompt_mask[::g])
-        first = self.logits(h_last).repeat_interleave(g, 0)[:, None]              # (b, 1, V)
+        token are computed (the others' logits are 0); transformers' `token_logp` computes the same.
+
+        The u·P prompt positions and the N response positions go through each layer's matmuls together as
+        one stack of rows; only attention treats them apart (the prompt's causally, each response against
+        its prompt's keys and its own)."""
+        (b, T), g = response_ids.shape, group_size
+        ids, mask = prompt_ids[::g], prompt_mask[::g]
         if T == 1:
-            return first
-        t, device = T - 1, response_ids.device
+            return self.logits(self.prefix(ids, mask)[0]).repeat_interleave(g, 0)[:, None]
+        (u, P), t, device = ids.shape, T - 1, response_ids.device
+        H, Hkv, D, uP = self.H, self.Hkv, self.D, u * P
+        key_bias, own_bias = self.prompt_biases(mask)
         packing = Packing(response_mask[:, 1:].reshape(-1).nonzero().squeeze(1), b, t)
         positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(t, device=device)      # (b, t)
         causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()
         bias = torch.cat([key_bias.repeat_interleave(g, 0).expand(b, 1, t, -1),
                           torch.zeros(t, t, device=device).masked_fill(~causal, float("-inf")).expand(b, 1, t, t)], -1)
 
-        def kv(i, k, v):
-            pk, pv = past[i]
-            return torch.cat([pk.repeat_interleave(g, 0), k], 2), torch.cat([pv.repeat_interleave(g, 0), v], 2)
+        def attend(i, q, k, v):                                 # q (uP + N, H, D), k and v (uP + N, Hkv, D)
+            pk, pv = (x[:uP].view(u, P, Hkv, D).transpose(1, 2) for x in (k, v))          # (u, Hkv, P, D)
+            prompt = self._attend(q[:uP].view(u, P, H, D), pk, pv, own_bias).view(uP, H * D)
+            rk, rv = (packing.pad(x[uP:]).transpose(1, 2) for x in (k, v))              # (b, Hkv, t, D)
+            keys, values = (torch.cat([p.repeat_interleave(g, 0), r], 2) for p, r in ((pk, rk), (pv, rv)))
+            return torch.cat([prompt, packing.unpad(self._attend(packing.pad(q[uP:]), keys, values, bias))])
 
-        h = self.run(packing.unpad(response_ids[:, :-1]), packing.unpad(positions), kv, bias, packing)   # (N, C)
-        return torch.cat([first, packing.pad(self.logits(h))], 1)
+        h = self.run(torch.cat([ids.reshape(-1), packing.unpad(response_ids[:, :-1])]),
+                     torch.cat([_positions(mask).reshape(-1), packing.unpad(positions)]), attend)   # (uP + N, C)
+        logits = self.logits(torch.cat([h[:uP].view(u, P, -1)[:, -1], h[uP:]]))                    # (u + N, V)
+        return torch.cat([logits[:u].repeat_interleave(g, 0)[:, None], packing.pad(logits[u:])], 1)
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: 0 at each row's first real token (transformers' position ids)."""
+    return (mask.long().cumsum(-1) - 1).clamp_min(0)
 
 
 def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) -> torch.Tensor:
@@ -270,7 +289,7 @@ class LeanEngine:
                 ck[:, :, slot:slot + 1], cv[:, :, slot:slot + 1] = k, v
                 return ck[:, :, :slot + 1], cv[:, :, :slot + 1]
 
-            h = lean.run(token[rows][:, None], position + t, kv, bias[..., :slot + 1])[:, -1]
+            h = lean.run(token[rows][:, None], position + t, lean.grid(kv, bias[..., :slot + 1]))[:, -1]
             logits = logits.index_put((rows,), lean.logits(h))   # a finished row's logits are no longer used
         response_ids, response_mask = torch.stack(tokens, 1), torch.stack(alive, 1)        # (B, T)
         texts = tok.batch_decode(response_ids.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True)
