@@ -59,10 +59,11 @@ class ModelConfig:
         _choice(f"{key}.engine", self.engine, ("hf", "vllm"))
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
         _choice(f"{key}.forward", self.forward, ("hf", "lean"))
-        if self.forward == "lean" and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"):
-            raise ConfigError(f"{key}.forward: 'lean' is written for the tiny Qwen3 bases (kind: tiny) with engine hf "
-                              f"and backend torch; set {key}.forward: hf for kind {self.kind!r}, engine "
-                              f"{self.engine!r}, backend {self.backend!r}")
+        if self.forward == "lean" and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"
+                                       or self.dtype != "float32"):
+            raise ConfigError(f"{key}.forward: 'lean' is written for the tiny Qwen3 bases (kind: tiny) in float32 "
+                              f"with engine hf and backend torch; set {key}.forward: hf for kind {self.kind!r}, "
+                              f"dtype {self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
         _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
         _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
         _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))

@@ -114,6 +114,8 @@ def test_forward_is_a_config_setting():
         build_run_config({"model": {"forward": "lean", "kind": "path", "path": "/nowhere"}})
     with pytest.raises(ConfigError, match="engine 'vllm'"):
         build_run_config({"model": {"forward": "lean", "engine": "vllm"}})
+    with pytest.raises(ConfigError, match="dtype 'bfloat16'"):
+        build_run_config({"model": {"forward": "lean", "dtype": "bfloat16"}})
 
 
 def test_lean_trainer_trains_the_transformers_module():
