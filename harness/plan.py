@@ -14,9 +14,9 @@ from . import trialdir
 from .suite import Suite, expand, select_trials, trial_count
 
 # s per step of the CPU default, 16 prompts x 8 responses, one thread, by model.forward (benchmarks/README.md:
-# hf measured on an idle machine; lean = hf's / 1.10, the paired lean-vs-hf CPU-time ratio of
-# benchmarks/train_throughput.py on a loaded machine, where no idle figure could be taken)
-TINY_STEP_S = {"hf": 0.084, "lean": 0.076}
+# hf measured on an idle machine; lean = hf's / 1.08, the median of four paired lean-vs-hf CPU-time ratios
+# of benchmarks/train_throughput.py (1.04-1.15) on a loaded machine, where no idle figure could be taken)
+TINY_STEP_S = {"hf": 0.084, "lean": 0.078}
 TINY_RESPONSES = 16 * 8
 
 
