@@ -10,10 +10,14 @@ still loads in transformers, lm-eval and vLLM. What it does differently from tra
   k and v), with one additive bias per call shared by the layers;
 - the prompt is run once per group (its keys and values serve the group's G responses), in rollouts
   and in the update;
-- the rollout's KV cache is allocated once for prompt + max_new_tokens and written in place (no `cat`);
-  the update's keys are the prompt's, repeated over the group, followed by the response's.
-Everything is float32 like the tiny bases; the token log-probs match transformers' to float rounding
-(tests/test_lean.py checks 1e-5 on the frozen base, greedy and sampled rollouts, and the gradients).
+- the rollout's KV cache is allocated once for prompt + max_new_tokens and written in place (no `cat`), and
+  a response's row leaves it once the response has ended;
+- the update computes only the positions that predict a valid token, the prompt's and the responses'
+  positions as one stack of rows through each layer's matmuls; its keys are the prompt's, repeated over
+  the group, followed by the response's.
+Everything is float32 like the tiny bases. On the frozen base the token log-probs and rollouts are bit-equal
+to transformers' on the machine measured, the gradients equal to float rounding (tests/test_lean.py checks
+1e-5; docs/lean.md, benchmarks/README.md).
 """
 from __future__ import annotations
 
