@@ -64,11 +64,11 @@ class Step:
         return self.step_s - self.rollout_s
 
 
-def run_config(args: argparse.Namespace) -> RunConfig:
+def run_config(args: argparse.Namespace, forward: str = "hf") -> RunConfig:
     return build_run_config({"train": {"steps": max(40, args.steps), "prompts_per_step": args.prompts, "lr": 1e-4,
                                        "max_new_tokens": args.max_new_tokens, "threads": 1},
                              "group_size": args.group_size, "seed": args.seed,
-                             "model": {"device": "cpu"}})                      # TRL runs with use_cpu=True too
+                             "model": {"device": "cpu", "forward": forward}})  # TRL runs with use_cpu=True too
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,10 +76,9 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 # ----------------------------------------------------------------------------------------------
 
 class Stalebench:
-    name = "stalebench"
-
-    def __init__(self, args: argparse.Namespace):
-        self.trainer = Trainer(run_config(args))
+    def __init__(self, args: argparse.Namespace, forward: str):
+        self.name = f"stalebench, {forward} forward"
+        self.trainer = Trainer(run_config(args, forward))
         self.index = 0
 
     def step(self) -> Step:
@@ -233,6 +232,7 @@ def arithmetic_limit(trainer: Trainer, index: int) -> tuple[float, float, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-trl", action="store_true", help="stalebench only (also the case if TRL is not installed)")
+    parser.add_argument("--forwards", default="hf,lean", help="stalebench's model.forward values to time, in turn")
     parser.add_argument("--steps", type=int, default=25, help="optimizer steps per system, warm-up included")
     parser.add_argument("--warmup", type=int, default=5, help="first steps not counted")
     parser.add_argument("--prompts", type=int, default=16, help="P, prompts per step")
@@ -246,7 +246,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     notes = []
-    systems: list[Stalebench | TRLPeer] = [Stalebench(args)]
+    systems: list[Stalebench | TRLPeer] = [Stalebench(args, forward) for forward in args.forwards.split(",")]
     out_dir = tempfile.TemporaryDirectory()
     if not args.no_trl:
         try:
@@ -286,22 +286,30 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, steps in results.items():
         print(cpu_row(name, steps))
-    if len(results) == 2:
-        (name_a, a), (name_b, b) = results.items()
+    ours = [system.name for system in systems if isinstance(system, Stalebench)]
+    peers = [system.name for system in systems if not isinstance(system, Stalebench)]
+    for name_a, name_b in [(a, b) for b in peers for a in ours] + [(ours[i], ours[0]) for i in range(1, len(ours))]:
+        a, b = results[name_a], results[name_b]
         ratio = {unit: statistics.median(getattr(y, unit) / getattr(x, unit) for x, y in zip(a, b))
                  for unit in ("step_s", "cpu_s")}
         print(f"\n{name_a} steps/s ÷ {name_b} steps/s, median over the paired steps: "
               f"{ratio['step_s']:.3f} wall clock, {ratio['cpu_s']:.3f} CPU time")
-    name = systems[0].name
-    rollout_gf, update_gf, peak = arithmetic_limit(systems[0].trainer, systems[0].index)
-    cpu_s = statistics.median(s.cpu_s for s in results[name])
+    for system in systems:
+        if isinstance(system, Stalebench):
+            limit(system, results[system.name])
+    for note in notes:
+        print(f"\n{note}")
+
+
+def limit(system: Stalebench, steps: list[Step]) -> None:
+    name = system.name
+    rollout_gf, update_gf, peak = arithmetic_limit(system.trainer, system.index)
+    cpu_s = statistics.median(s.cpu_s for s in steps)
     print(f"\nArithmetic limit: one {name} step is {rollout_gf + update_gf:.2f} GFLOP (rollout {rollout_gf:.2f}, "
           f"update {update_gf:.2f}; matmuls and attention, FlopCounterMode); a plain 1024³ float32 matmul runs at "
           f"{peak:.0f} GFLOP/s on one thread here, so the step's floor is {(rollout_gf + update_gf) / peak * 1e3:.0f} ms "
           f"against {cpu_s * 1e3:.0f} ms measured: {(rollout_gf + update_gf) / cpu_s:.0f} GFLOP/s, "
           f"{(rollout_gf + update_gf) / cpu_s / peak:.0%} of that peak.")
-    for note in notes:
-        print(f"\n{note}")
 
 
 if __name__ == "__main__":

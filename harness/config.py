@@ -44,6 +44,8 @@ class ModelConfig:
     dtype: str = "float32"                 # float32 | bfloat16
     device: str = "auto"                   # auto (cuda when available) | cpu
     engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; CPU: docs/vllm.md)
+    forward: str = "hf"                    # the model's forward: hf (transformers) | lean (tiny Qwen3 bases only;
+                                           # harness/rollout/lean.py): trainer log-probs and hf-engine rollouts
     behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
     backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
     zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
@@ -57,6 +59,12 @@ class ModelConfig:
         _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
         _choice(f"{key}.engine", self.engine, ("hf", "vllm"))
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
+        _choice(f"{key}.forward", self.forward, ("hf", "lean"))
+        if self.forward == "lean" and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"
+                                       or self.dtype != "float32"):
+            raise ConfigError(f"{key}.forward: 'lean' is written for the tiny Qwen3 bases (kind: tiny) in float32 "
+                              f"with engine hf and backend torch; set {key}.forward: hf for kind {self.kind!r}, "
+                              f"dtype {self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
         _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
         _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
         _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))

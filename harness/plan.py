@@ -13,7 +13,10 @@ from pathlib import Path
 from . import trialdir
 from .suite import Suite, Trial, expand, select_trials, trial_count
 
-TINY_STEP_S = 0.084         # the CPU default, 16 prompts x 8 responses, one thread (benchmarks/README.md)
+# s per step of the CPU default, 16 prompts x 8 responses, one thread, by model.forward (benchmarks/README.md:
+# hf measured on an idle machine; lean = hf's / 1.08, the median of four paired lean-vs-hf CPU-time ratios
+# of benchmarks/train_throughput.py (1.04-1.15) on a loaded machine, where no idle figure could be taken)
+TINY_STEP_S = {"hf": 0.084, "lean": 0.078}
 TINY_RESPONSES = 16 * 8
 
 
@@ -54,7 +57,10 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
         return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
     if all(t.config.model.kind == "tiny" for t in trials):
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
-        return (TINY_STEP_S * responses / TINY_RESPONSES,
-                f"the tiny CPU model's measured {TINY_STEP_S} s per {TINY_RESPONSES}-response step, scaled to this "
-                f"suite's {responses:.0f} responses per step")
+        forwards = sorted({t.config.model.forward for t in trials})
+        step_s = statistics.mean(TINY_STEP_S[t.config.model.forward] * t.config.train.prompts_per_step
+                                 * t.config.group_size / TINY_RESPONSES for t in trials)
+        return (step_s, f"the tiny CPU model's measured s per {TINY_RESPONSES}-response step with the "
+                        f"{' and '.join(forwards)} forward ({', '.join(str(TINY_STEP_S[f]) for f in forwards)}), "
+                        f"scaled to this suite's {responses:.0f} responses per step")
     return None, ""

@@ -22,9 +22,9 @@ from .config import RunConfig, to_dict
 from .delay import AsyncProducer, Batch, DelayBuffer
 from .metrics import combine_metrics, policy_metrics, rollout_metrics
 from .models import base_identity, check_eval_set, load_model, problems_sha256
-from .rollout import make_engine
+from .rollout import ResponseLogits, make_engine, response_logits
 from .rollout.base import Rollout
-from .rollout.hf import CACHE, position_ids_from
+from .rollout.hf import response_logits as hf_response_logits
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
 from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256, policy_dir
@@ -44,35 +44,18 @@ def shard_seed(seed: int, index: int, shard: int) -> int:
     return (batch_seed(seed, index) + shard * 0x9E3779B97F4A7C15) % (2**63 - 1)
 
 
-def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`.
+def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1,
+               forward: ResponseLogits = hf_response_logits) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`,
+    from the logits of `forward` (the config's model.forward: rollout.response_logits).
 
     When the rows hold whole groups (responses of one prompt are `group_size` consecutive rows), each
     prompt is run once and its KV cache repeated over the group, which roughly halves the cost of the
     update on short responses; values agree with a full forward to float rounding (tests check 1e-5).
     """
-    prompt_ids, response_ids = r.prompt_ids[rows], r.response_ids[rows]
-    prompt_mask, response_mask = r.prompt_mask[rows], r.response_mask[rows].long()
-    b, T = response_ids.shape
-    attn = torch.cat([prompt_mask, response_mask], dim=1)
-    if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0:
-        unique_mask = prompt_mask[::group_size]
-        out = model(input_ids=prompt_ids[::group_size], attention_mask=unique_mask,
-                    position_ids=position_ids_from(unique_mask), use_cache=True, logits_to_keep=1)
-        cache = out[CACHE]
-        cache.batch_repeat_interleave(group_size)
-        logits = out.logits.repeat_interleave(group_size, 0)                              # (b, 1, V)
-        if T > 1:
-            positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(T - 1, device=attn.device)
-            rest = model(input_ids=response_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions,
-                         **{CACHE: cache}, use_cache=True).logits                                 # (b, T-1, V)
-            logits = torch.cat([logits, rest], dim=1)
-    else:
-        logits = model(input_ids=torch.cat([prompt_ids, response_ids], 1), attention_mask=attn,
-                       position_ids=position_ids_from(attn), logits_to_keep=T + 1).logits[:, :-1]
+    logits = forward(model, r, rows, group_size)                                          # (b, T, V)
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)                    # (b, T, V)
-    logp = logprobs.gather(2, response_ids.unsqueeze(2)).squeeze(2)
+    logp = logprobs.gather(2, r.response_ids[rows].unsqueeze(2)).squeeze(2)
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
     return logp, entropy
@@ -101,7 +84,9 @@ class Trainer:
         micro_batches = -(-(own.stop - own.start) // (tc.micro_batch_size or B))      # per step, on this process
         self.backend = make_backend(self.model, cfg, micro_batches=micro_batches, world=self.world)
         self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
-                                  gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed)
+                                  gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed,
+                                  forward=cfg.model.forward)
+        self.forward = response_logits(cfg.model.forward)          # the trainer's logits (model.forward)
         self.version = 0          # optimizer updates applied so far
         self.batches_done = 0
         self.kept: dict[str, Any] | None = None   # the kept policy (train.save): its step and eval/acc
@@ -147,7 +132,7 @@ class Trainer:
             # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
             r = r.to(self.device)
             with torch.no_grad():
-                recomputed = token_logp(model, r, slice(None), cfg.train.temperature, cfg.group_size)[0]
+                recomputed = token_logp(model, r, slice(None), cfg.train.temperature, cfg.group_size, self.forward)[0]
             gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
             if cfg.model.behavior_logp == "recompute":
                 r.logp_behavior = recomputed * r.response_mask
@@ -175,7 +160,7 @@ class Trainer:
         loss_sum, parts, logps, entropies = 0.0, [], [], []
         for i in range(own.start, own.stop, micro):
             rows = slice(i, min(i + micro, own.stop))
-            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size)
+            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size, self.forward)
             if self.world.any(not torch.isfinite(logp.detach()[mask[rows]]).all()):
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
@@ -205,7 +190,7 @@ class Trainer:
         micro, B = self.cfg.train.micro_batch_size or r.response_ids.shape[0], r.response_ids.shape[0]
         own = self.world.rows(B)
         return self.world.cat(torch.cat([token_logp(self.backend.model, r, slice(i, min(i + micro, own.stop)),
-                                                    self.cfg.train.temperature, self.cfg.group_size)[0]
+                                                    self.cfg.train.temperature, self.cfg.group_size, self.forward)[0]
                                          for i in range(own.start, own.stop, micro)]))
 
     def _kl_penalty(self, r: Rollout, rows: slice, logp: torch.Tensor, totals: dict[str, float]) -> torch.Tensor:
@@ -213,7 +198,7 @@ class Trainer:
         if self.ref_model is None:
             return torch.zeros(())
         with torch.no_grad():
-            ref = token_logp(self.ref_model, r, rows, self.cfg.train.temperature, self.cfg.group_size)[0]
+            ref = token_logp(self.ref_model, r, rows, self.cfg.train.temperature, self.cfg.group_size, self.forward)[0]
         kl = torch.exp(ref - logp) - (ref - logp) - 1
         return self.cfg.train.kl_beta * aggregate(kl, r.response_mask[rows], self.cfg.train.aggregation,
                                                   max_tokens=self.cfg.train.max_new_tokens, **totals)

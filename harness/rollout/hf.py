@@ -25,6 +25,31 @@ def position_ids_from(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp_min(0)
 
 
+def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int = 1) -> torch.Tensor:
+    """Logits (b, T, V) predicting each response token of rows `rows` (the trainer's `token_logp` under
+    `model.forward: hf`). When the rows hold whole groups (responses of one prompt are `group_size`
+    consecutive rows), each prompt is run once and its KV cache repeated over the group."""
+    prompt_ids, response_ids = r.prompt_ids[rows], r.response_ids[rows]
+    prompt_mask, response_mask = r.prompt_mask[rows], r.response_mask[rows].long()
+    b, T = response_ids.shape
+    attn = torch.cat([prompt_mask, response_mask], dim=1)
+    if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0:
+        unique_mask = prompt_mask[::group_size]
+        out = model(input_ids=prompt_ids[::group_size], attention_mask=unique_mask,
+                    position_ids=position_ids_from(unique_mask), use_cache=True, logits_to_keep=1)
+        cache = out[CACHE]
+        cache.batch_repeat_interleave(group_size)
+        logits = out.logits.repeat_interleave(group_size, 0)                              # (b, 1, V)
+        if T > 1:
+            positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(T - 1, device=attn.device)
+            rest = model(input_ids=response_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions,
+                         **{CACHE: cache}, use_cache=True).logits                                 # (b, T-1, V)
+            logits = torch.cat([logits, rest], dim=1)
+        return logits
+    return model(input_ids=torch.cat([prompt_ids, response_ids], 1), attention_mask=attn,
+                 position_ids=position_ids_from(attn), logits_to_keep=T + 1).logits[:, :-1]
+
+
 class HFEngine:
     shares_weights = True
 

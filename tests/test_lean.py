@@ -1,0 +1,133 @@
+"""The lean forward (harness/rollout/lean.py) against transformers' on the same parameters."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from harness.base_models import base_identity
+from harness.config import ConfigError, build_run_config
+from harness.models import char_tokenizer, load_model
+from harness.rollout import make_engine, response_logits
+from harness.rollout.hf import HFEngine
+from harness.rollout.lean import LeanEngine, LeanError, LeanQwen3
+from harness.tasks import make_task
+from harness.tasks.synthetic import ADDREV_VOCAB
+from harness.trainer import Trainer, token_logp
+
+LEAN = response_logits("lean")
+PROMPTS = ["1+2=", "123+456=", "9=", "45+6="]          # different lengths: left padding and positions
+
+
+@pytest.fixture(scope="module")
+def frozen():
+    """The frozen v1 base and a sampled batch of 16 addrev prompts × 8 (the v1 shape)."""
+    model, tok = load_model(base_identity(build_run_config({}).model)[0])
+    prompts = [p.prompt for p in make_task("addrev").problems("train", 16, 0)]
+    return model, tok, HFEngine(model, tok).generate(prompts, n=8, temperature=1.0, max_new_tokens=8, seed=3)
+
+
+def gqa_model() -> tuple[Qwen3ForCausalLM, object]:
+    """A random Qwen3 with grouped kv heads (4 query heads per 2 kv heads), untied head, other rope theta."""
+    tok = char_tokenizer(ADDREV_VOCAB)
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, intermediate_size=96, max_position_embeddings=64,
+                         tie_word_embeddings=False, rope_theta=500.0, rms_norm_eps=1e-5, pad_token_id=0,
+                         eos_token_id=1, bos_token_id=1)
+    return Qwen3ForCausalLM(config).eval(), tok
+
+
+def test_frozen_base_logp_matches_transformers(frozen):
+    model, _, r = frozen
+    valid = r.response_mask
+    for group_size in (8, 1):
+        hf_logp, hf_ent = token_logp(model, r, slice(None), 1.0, group_size)
+        lean_logp, lean_ent = token_logp(model, r, slice(None), 1.0, group_size, LEAN)
+        assert (lean_logp - hf_logp).detach()[valid].abs().max() < 1e-5
+        assert (lean_ent - hf_ent)[valid].abs().max() < 1e-5
+        assert (lean_logp.detach() - r.logp_behavior)[valid].abs().max() < 1e-5
+    part = slice(16, 40)                                    # whole groups: the prompt runs once per group
+    assert (token_logp(model, r, part, 1.0, 8, LEAN)[0] - hf_logp[part]).detach()[valid[part]].abs().max() < 1e-5
+
+
+def test_frozen_base_gradients_match_transformers(frozen):
+    model, _, r = frozen
+    valid, params = r.response_mask, list(model.parameters())
+    g_hf = torch.autograd.grad(token_logp(model, r, slice(None), 0.7, 8)[0][valid].sum(), params)
+    g_lean = torch.autograd.grad(token_logp(model, r, slice(None), 0.7, 8, LEAN)[0][valid].sum(), params)
+    for (name, _), a, b in zip(model.named_parameters(), g_hf, g_lean):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
+
+
+def test_frozen_base_rollouts_match_transformers(frozen):
+    model, tok, r = frozen
+    prompts = [tok.decode(ids[mask.bool()]) for ids, mask in zip(r.prompt_ids[::8], r.prompt_mask[::8])]
+    lean = LeanEngine(model, tok).generate(prompts, n=8, temperature=1.0, max_new_tokens=8, seed=3)
+    assert torch.equal(lean.response_ids, r.response_ids) and lean.texts == r.texts
+    assert (lean.logp_behavior - r.logp_behavior).abs().max() < 1e-5
+    greedy = [e.generate(prompts, n=1, temperature=0.0, max_new_tokens=8, seed=0) for e in
+              (HFEngine(model, tok), LeanEngine(model, tok))]
+    assert greedy[0].texts == greedy[1].texts
+
+
+def test_gqa_model_matches_transformers_in_rollout_and_update():
+    model, tok = gqa_model()
+    r = LeanEngine(model, tok).generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=6, seed=1)
+    valid = r.response_mask           # lengths 2, 1, 6, …, 1, …: finished rows leave the cache, padding is skipped
+    assert valid.sum(1).min() < valid.shape[1] == valid.sum(1).max()
+    # A valid rollout: responses are right-padded (valid tokens first), stop at <eos>, one version.
+    assert torch.equal(valid, valid.cumprod(1).bool()) and r.version.tolist() == [0] * 12
+    ends = valid.sum(1) - 1
+    eos_at_end = r.response_ids[torch.arange(12), ends] == tok.eos_token_id
+    assert bool((eos_at_end | (ends == valid.shape[1] - 1)).all())
+    assert not any(tok.eos_token in t for t in r.texts)
+    hf_logp = token_logp(model, r, slice(None), 1.0)[0].detach()
+    for group_size in (3, 1):
+        lean_logp = token_logp(model, r, slice(None), 1.0, group_size, LEAN)[0].detach()
+        assert (lean_logp - hf_logp)[valid].abs().max() < 1e-5
+    assert (r.logp_behavior - hf_logp)[valid].abs().max() < 1e-5
+    same = HFEngine(model, tok).generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=6, seed=1)
+    assert (same.logp_behavior - r.logp_behavior).abs().max() < 1e-5
+
+
+def test_seeded_sampling_is_reproducible_and_differs_across_seeds():
+    model, tok = gqa_model()
+    engine = LeanEngine(model, tok)
+    a, b, c = (engine.generate(PROMPTS, n=4, temperature=1.0, max_new_tokens=6, seed=s) for s in (7, 7, 8))
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.logp_behavior, b.logp_behavior)
+    assert not torch.equal(a.response_ids, c.response_ids)
+
+
+def test_unsupported_models_are_refused_with_the_fix():
+    model, _ = gqa_model()
+    with pytest.raises(LeanError, match="model.forward: hf"):
+        LeanQwen3(model.to(torch.bfloat16))
+
+
+def test_forward_is_a_config_setting():
+    assert build_run_config({}).model.forward == "hf"
+    assert build_run_config({"model": {"forward": "lean"}}).model.forward == "lean"
+    with pytest.raises(ConfigError, match="model.forward: 'x' is not valid"):
+        build_run_config({"model": {"forward": "x"}})
+    with pytest.raises(ConfigError, match="kind: tiny"):
+        build_run_config({"model": {"forward": "lean", "kind": "path", "path": "/nowhere"}})
+    with pytest.raises(ConfigError, match="engine 'vllm'"):
+        build_run_config({"model": {"forward": "lean", "engine": "vllm"}})
+    with pytest.raises(ConfigError, match="dtype 'bfloat16'"):
+        build_run_config({"model": {"forward": "lean", "dtype": "bfloat16"}})
+
+
+def test_lean_trainer_trains_the_transformers_module():
+    """Two lean steps move the transformers module's own parameters, and its rollouts come from LeanEngine."""
+    cfg = build_run_config({"model": {"forward": "lean"}, "train": {"steps": 2, "prompts_per_step": 4},
+                            "group_size": 4, "task": {"eval_size": 500}})
+    trainer = Trainer(cfg)
+    assert isinstance(trainer.engine, LeanEngine)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    for i in range(2):
+        row = trainer.update(trainer.make_batch(i))
+        trainer.version += 1
+        assert torch.isfinite(torch.tensor(row["opt/grad_norm"]))
+    assert all(not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+    assert isinstance(make_engine("hf", trainer.model, trainer.tokenizer, None), HFEngine)
