@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from algorithms import AGGREGATIONS, ADVANTAGE_MODES, check_params, loss_names
 
+from .delay_dist import DelayDistribution
 from .errors import ConfigError
 from .lab.config import LabConfig
 
@@ -144,7 +145,7 @@ class AsyncConfig:
 class RunConfig:
     algorithm: str = DEFAULT_ESTIMATOR     # a registered estimator (algorithms.loss_names())
     params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
-    delay: int = 0                         # exact rollout delay d (optimizer steps)
+    delay: int | DelayDistribution = 0     # exact rollout delay d (optimizer steps), or a law of lags (delay_dist.py)
     eps: float = 0.2                       # trust-region width ε
     group_size: int = 8                    # G responses per prompt
     seed: int = 0
@@ -161,7 +162,10 @@ class RunConfig:
             check_params(self.algorithm, dict(self.params))
         except ValueError as exc:
             raise ConfigError(f"params: {exc}") from None
-        _positive("delay", self.delay, strict=False)
+        if isinstance(self.delay, DelayDistribution):
+            self.delay.validate("delay")
+        else:
+            _positive("delay", self.delay, strict=False)
         _positive("eps", self.eps)
         if self.group_size < 2:
             raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
@@ -169,6 +173,8 @@ class RunConfig:
             section = getattr(self, name)
             if section is not None:
                 section.validate(name.rstrip("_"))
+        if isinstance(self.delay, DelayDistribution) and self.lab is not None:
+            raise ConfigError("delay: an estimator-lab trial takes an integer delay, not a distribution or trace")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
         if self.train.workers > 1:
@@ -185,6 +191,8 @@ class RunConfig:
             (self.async_ is not None, "async is not supported with several workers (the producer thread would "
                                       "share the workers' collectives); use delay"),
             (self.lab is not None, "an estimator-lab trial runs in one process; remove train.workers"),
+            (isinstance(self.delay, DelayDistribution), "a delay distribution or trace runs in one process (its "
+                                                        "policy snapshots are not shared); use an integer delay"),
         ]
         for refused, reason in refusals:
             if refused:
@@ -214,8 +222,9 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         for arg in (a for a in args if a is not type(None)):
             try:
                 return _coerce(key, arg, value)
-            except ConfigError as exc:
-                errors.append(str(exc))
+            except ConfigError as exc:   # a mapping's error is the section's (e.g. delay: {dist: ...})
+                section = dataclasses.is_dataclass(arg) and isinstance(value, Mapping)
+                errors.insert(0 if section else len(errors), str(exc))
         raise ConfigError(errors[0] if errors else f"{key}: may not be null")
     if dataclasses.is_dataclass(tp):
         if value is None:

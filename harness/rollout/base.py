@@ -50,6 +50,12 @@ class Rollout:
                        torch.cat([r.version for r in parts]), [t for r in parts for t in r.texts],
                        max(r.seconds for r in parts))
 
+    def take(self, rows: list[int]) -> "Rollout":
+        """The rows `rows`, in that order."""
+        index = torch.tensor(rows, dtype=torch.long)
+        picked = {k: (v[index.to(v.device)] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return Rollout(**{**picked, "texts": [self.texts[i] for i in rows]})
+
     @property
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())
