@@ -18,6 +18,7 @@ from algorithms import AGGREGATIONS, ADVANTAGE_MODES, check_params, loss_names
 
 from .delay_dist import DelayDistribution
 from .errors import ConfigError
+from .trace import read_trace
 from .lab.config import LabConfig
 
 
@@ -164,6 +165,9 @@ class RunConfig:
             raise ConfigError(f"params: {exc}") from None
         if isinstance(self.delay, DelayDistribution):
             self.delay.validate("delay")
+            if self.delay.dist == "trace":          # the file must fit this run's batch shape and length
+                read_trace(self.delay.path, self.train.prompts_per_step * self.group_size,
+                           updates_per_batch=self.train.updates_per_batch, max_lag=self.delay.max, steps=self.train.steps)
         else:
             _positive("delay", self.delay, strict=False)
         _positive("eps", self.eps)

@@ -45,19 +45,21 @@ class Batch:
     logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
 
 
-def behavior_versions(delay: DelayDistribution, seed: int, updates_per_batch: int, prompts: int, group_size: int
-                      ) -> Callable[[int], list[int]]:
+def behavior_versions(delay: DelayDistribution, seed: int, updates_per_batch: int, prompts: int, group_size: int,
+                      steps: int) -> Callable[[int], list[int]]:
     """Batch index s -> the behavior version of each of its responses: max(0, k·s − D_i) with the lags
     D_i drawn from `delay` (seeded by the trial seed and s), or the versions a trace recorded."""
     k = updates_per_batch
     if delay.dist == "trace":
         from .trace import read_trace
-        trace = read_trace(delay.path, prompts * group_size, updates_per_batch=k, max_lag=delay.max)
+        trace = read_trace(delay.path, prompts * group_size, updates_per_batch=k, max_lag=delay.max, steps=steps)
         return lambda s: trace[s]
     return lambda s: [max(0, k * s - d) for d in delay.lags(seed, s, prompts, group_size)]
 
 
 class DelayBuffer:
+    records_versions = False                   # one version per batch, known from the config
+
     def __init__(self, delay: int, updates_per_batch: int, num_batches: int, generate: Callable[[int], Any]):
         self.delay = delay
         self.k = updates_per_batch
@@ -91,6 +93,7 @@ class DelayBuffer:
 
 class MixedDelayBuffer:
     """Batches whose responses come from several policy versions (harness/delay_dist.py, harness/trace.py)."""
+    records_versions = True                    # the trial writes its trace (trialdir.TRACE)
 
     def __init__(self, model: torch.nn.Module, versions: Callable[[int], list[int]], max_lag: int,
                  updates_per_batch: int, num_batches: int,
@@ -151,6 +154,7 @@ class MixedDelayBuffer:
 
 class AsyncProducer:
     """Generates batches in a background thread with bounded staleness η (`max_staleness`)."""
+    records_versions = True                    # timing decides the versions: the trial writes its trace
 
     def __init__(self, model: torch.nn.Module, max_staleness: int, updates_per_batch: int, num_batches: int,
                  generate: Callable[[int, torch.nn.Module, int], Any], start_batch: int = 0, start_version: int = 0):

@@ -28,7 +28,7 @@ from .rollout.base import Rollout
 from .rollout.hf import CACHE, position_ids_from
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
-from .trialdir import CHECKPOINT, Outcome, TrialDirError, config_sha256
+from .trialdir import CHECKPOINT, TRACE, Outcome, TrialDirError, append_side_row, config_sha256, truncate_side_rows
 from .world import world_for
 
 
@@ -113,7 +113,8 @@ class Trainer:
         cfg, tc = self.cfg, self.cfg.train
         if not isinstance(cfg.delay, DelayDistribution):
             return DelayBuffer(cfg.delay, tc.updates_per_batch, tc.steps, self.make_batch)
-        versions = behavior_versions(cfg.delay, cfg.seed, tc.updates_per_batch, tc.prompts_per_step, cfg.group_size)
+        versions = behavior_versions(cfg.delay, cfg.seed, tc.updates_per_batch, tc.prompts_per_step, cfg.group_size,
+                                     tc.steps)
         return MixedDelayBuffer(self.model, versions, cfg.delay.max, tc.updates_per_batch, tc.steps, self.make_mixed_batch)
 
     def start_async(self) -> None:
@@ -324,6 +325,7 @@ def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: boo
     identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
     if ckpt.exists():
         trainer.load(ckpt, identity)
+    truncate_side_rows(log.dir, trainer.batches_done)
     start(trainer.batches_done, trainer.base, trainer.eval_set_sha256)
     if trainer.batches_done == 0:
         _evaluate(trainer, log, 0)
@@ -350,6 +352,8 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
                 trainer.source.ready(trainer.version)
                 if j == 0:
                     batch = trainer.source.take(s)
+                    if trainer.source.records_versions and trainer.world.is_main:
+                        append_side_row(log.dir, TRACE, {"step": s + 1, "versions": batch.rollout.version.tolist()})
                     if k > 1:
                         batch.logp_proximal = trainer.logp_now(batch.rollout)
                 row = rollout_metrics(batch, trainer.version)
