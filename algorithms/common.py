@@ -36,6 +36,7 @@ class LossInputs:
     mask: Tensor
     group_ids: Tensor
     logp_proximal: Tensor | None = None
+    logp_rollout: Tensor | None = None
 
     def rows(self, index: Tensor | slice) -> "LossInputs":
         """The sub-batch of responses `index` (a micro-batch)."""

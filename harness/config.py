@@ -143,6 +143,22 @@ class AsyncConfig:
 
 
 @dataclass(frozen=True)
+class MismatchConfig:
+    """The rollout engine's log-probs differ from the trainer's (harness/rollout/mismatch.py)."""
+    sigma: float = 0.0                     # noise on the engine's weights, σ · rms of each tensor
+    bf16: bool = False                     # round the engine's weights to bfloat16
+    top_p: float = 1.0                     # nucleus sampling; recorded log-probs are the renormalized ones
+    top_k: int = 0                         # top-k sampling (0 = off), applied before top-p as vLLM does
+
+    def validate(self, key: str) -> None:
+        if not 0 <= self.sigma <= 10:
+            raise ConfigError(f"{key}.sigma: must be in [0, 10] (noise relative to each weight tensor's rms); got {self.sigma}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"{key}.top_p: must be in (0, 1] (1 = no nucleus truncation); got {self.top_p}")
+        _positive(f"{key}.top_k", self.top_k, strict=False)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     algorithm: str = DEFAULT_ESTIMATOR     # a registered estimator (algorithms.loss_names())
     params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
@@ -156,6 +172,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     async_: AsyncConfig | None = None      # YAML key `async`: real concurrent generation (None = exact delay)
     lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
+    mismatch: MismatchConfig | None = None # engine log-probs apart from the trainer's (None = the plain engine)
 
     def validate(self, key: str = "base") -> None:
         _choice("algorithm", self.algorithm, loss_names())
@@ -173,12 +190,15 @@ class RunConfig:
         _positive("eps", self.eps)
         if self.group_size < 2:
             raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
-        for name in ("model", "task", "train", "eval", "async_", "lab"):
+        for name in ("model", "task", "train", "eval", "async_", "lab", "mismatch"):
             section = getattr(self, name)
             if section is not None:
                 section.validate(name.rstrip("_"))
         if isinstance(self.delay, DelayDistribution) and self.lab is not None:
             raise ConfigError("delay: an estimator-lab trial takes an integer delay, not a distribution or trace")
+        if self.mismatch is not None and (self.model.engine != "hf" or self.lab is not None):
+            raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use model.engine "
+                              "hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
         if self.train.workers > 1:

@@ -32,7 +32,17 @@ def rollout_metrics(batch: Any, version: int) -> dict[str, float]:
             "rollout/zero_adv_frac": float((rewards.max(1).values == rewards.min(1).values).float().mean()),
             "stale/mean": float(staleness.mean()), "stale/max": float(staleness.max()),
             "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9),
-            **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap})}
+            **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap}),
+            **({} if r.logp_rollout is None else mismatch_metrics(r.logp_behavior, r.logp_rollout, r.response_mask))}
+
+
+def mismatch_metrics(logp_behavior: torch.Tensor, logp_rollout: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The engine's log-probs against the trainer's on the same tokens (sampled by the engine):
+    δ = log π_b − log π_rollout per token."""
+    delta = (logp_behavior - logp_rollout)[mask]
+    return {"mismatch/log_ratio_mean": float(delta.mean()),
+            "mismatch/log_ratio_absmax": float(delta.abs().max()),
+            "mismatch/kl": float((torch.exp(delta) - 1 - delta).mean())}     # k3 estimate of KL(π_rollout ‖ π_b)
 
 
 _MAX, _MIN = ("_max", "/max"), ("_min", "/min")

@@ -26,6 +26,7 @@ from .models import base_identity, check_eval_set, load_model, problems_sha256
 from .rollout import make_engine
 from .rollout.base import Rollout
 from .rollout.hf import CACHE, position_ids_from
+from .rollout.mismatch import MismatchEngine
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
 from .trialdir import CHECKPOINT, TRACE, Outcome, TrialDirError, append_side_row, config_sha256, truncate_side_rows
@@ -103,6 +104,9 @@ class Trainer:
         self.backend = make_backend(self.model, cfg, micro_batches=micro_batches, world=self.world)
         self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
                                   gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed)
+        # training rollouts: the engine, or a copy of it whose log-probs differ from the trainer's (evaluation: the engine)
+        self.sampler = self.engine if cfg.mismatch is None else MismatchEngine(self.tokenizer, seed=cfg.seed,
+                                                                                 **to_dict(cfg.mismatch))
         self.version = 0          # optimizer updates applied so far
         self.batches_done = 0
         self.kept: dict[str, Any] | None = None   # the kept policy (train.save): its step and eval/acc
@@ -178,7 +182,7 @@ class Trainer:
                   ) -> tuple[Rollout, float | None]:
         """`prompts` sampled n times each by `model` as `version`, and the engine's log-prob gap (or None)."""
         cfg = self.cfg
-        with self.engine.pinned(model, version) as engine:
+        with self.sampler.pinned(model, version) as engine:
             r = engine.generate(prompts, n=n, temperature=cfg.train.temperature,
                                 max_new_tokens=cfg.train.max_new_tokens, seed=seed)
         gap = None
@@ -213,7 +217,8 @@ class Trainer:
         if micro < B or (own.stop - own.start < B and uses_batch_statistics(cfg.algorithm)):
             # batch statistics once over the whole step batch
             context = prepare_context(cfg.algorithm, LossInputs(self.logp_now(r), r.logp_behavior, adv, mask,
-                                                                batch.group_ids, prox), eps=cfg.eps, **cfg.params)
+                                                                batch.group_ids, prox, r.logp_rollout),
+                                      eps=cfg.eps, **cfg.params)
         self.backend.zero_grad()
         totals = {"total_tokens": float(mask.sum()), "total_seqs": float(B)}
         loss_sum, parts, logps, entropies = 0.0, [], [], []
@@ -223,7 +228,8 @@ class Trainer:
             if self.world.any(not torch.isfinite(logp.detach()[mask[rows]]).all()):
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
-                             None if prox is None else prox[rows])
+                             None if prox is None else prox[rows],
+                             None if r.logp_rollout is None else r.logp_rollout[rows])
             out = compute_loss(cfg.algorithm, inp, eps=cfg.eps, aggregation=tc.aggregation, max_tokens=tc.max_new_tokens,
                                context=None if context is None else context.rows(rows), **totals, **cfg.params)
             loss = out.loss + self._kl_penalty(r, rows, logp, totals)
