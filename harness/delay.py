@@ -57,6 +57,32 @@ def behavior_versions(delay: DelayDistribution, seed: int, updates_per_batch: in
     return lambda s: [max(0, k * s - d) for d in delay.lags(seed, s, prompts, group_size)]
 
 
+def exact_source(delay: int | DelayDistribution, model: torch.nn.Module, seed: int, updates_per_batch: int, steps: int,
+                 prompts: int, group_size: int, make_batch: Callable[[int], Any],
+                 make_mixed_batch: Callable[[int, list[int], Callable[[int], torch.nn.Module]], Any]
+                 ) -> "DelayBuffer | MixedDelayBuffer":
+    """The exact delay buffer: one version per batch (an integer delay), or one per response (a law, a trace)."""
+    if not isinstance(delay, DelayDistribution):
+        return DelayBuffer(delay, updates_per_batch, steps, make_batch)
+    versions = behavior_versions(delay, seed, updates_per_batch, prompts, group_size, steps)
+    return MixedDelayBuffer(model, versions, delay.max, updates_per_batch, steps, make_mixed_batch)
+
+
+def mixed_rollout(versions: list[int], sample_rows: Callable[[list[int], int], tuple[Rollout, float | None]],
+                  pad_token_id: int) -> tuple[Rollout, float | None]:
+    """The rows of each distinct version sampled together (`sample_rows(rows, version)` -> rollout, engine
+    gap), put back in row order; the parts ran one after another, so their seconds add up."""
+    parts, order = [], []
+    for v in sorted(set(versions)):
+        rows = [i for i, x in enumerate(versions) if x == v]
+        parts.append(sample_rows(rows, v))
+        order += rows
+    r = Rollout.concat([part for part, _ in parts], pad_token_id).take(sorted(range(len(order)), key=order.__getitem__))
+    r.seconds = sum(part.seconds for part, _ in parts)
+    gaps = [gap for _, gap in parts if gap is not None]
+    return r, (max(gaps) if gaps else None)
+
+
 class DelayBuffer:
     records_versions = False                   # one version per batch, known from the config
 
