@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from .trialdir import HIST_BINS, HIST_HIGH, HIST_LOW      # is_hist.jsonl's log ρ bins
+
 
 def policy_metrics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
     """Estimator-independent diagnostics of π_θ against π_b on the batch."""
@@ -23,8 +25,6 @@ def policy_metrics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.
 
 
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)            # of log ρ: is/log_ratio_q01 ... is/log_ratio_q99
-HIST_LOW, HIST_HIGH, HIST_BINS = -4.0, 4.0, 80      # is_hist.jsonl: bins of width 0.1 on [−4, 4], plus the
-                                                    # tokens below and above (counts[0], counts[-1])
 
 
 def importance_diagnostics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor,

@@ -39,6 +39,8 @@ METRICS, EVALS, STATUS = "metrics.jsonl", "eval.jsonl", "status.json"
 ERROR_LOG, CHECKPOINT = "error.log", "checkpoint.pt"
 TRACE, IS_HIST = "trace.jsonl", "is_hist.jsonl"
 SIDE_ROWS = (TRACE, IS_HIST)               # per-step rows the trainer writes beside metrics.jsonl (not mirrored)
+HIST_LOW, HIST_HIGH, HIST_BINS = -4.0, 4.0, 80   # IS_HIST's log ρ bins: width 0.1 on [−4, 4], plus the tokens
+                                                 # below and above (log_ratio_counts[0], [-1]); docs/metrics.md
 RECORD = (CONFIG, PARAMS, PROVENANCE, METRICS, EVALS, STATUS)   # a trial's record (what a mirror archives)
 ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
 NOT_TRIALS = frozenset({"lab", "ray", "tune"})   # directories beside the trials that are not trials
