@@ -115,3 +115,15 @@ def test_a_lag_beyond_max_is_refused(tiny_base, tmp_path):
     rows = [{"step": s + 1, "versions": [0] * B} for s in range(6)]      # step 6 holds version 0: 5 old
     with pytest.raises(ConfigError, match="version 0 is 4 versions old, more than delay.max 3"):
         build_run_config(tiny_base, replay(write(tmp_path / "t.jsonl", rows), max_lag=3))
+
+
+def test_the_staleness_suites_load(monkeypatch):
+    from pathlib import Path
+
+    from harness.suite import expand, load_suite
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)                          # trace paths are relative to where stalebench runs
+    ids = {name: [t.trial_id for t in expand(load_suite(f"suites/{name}.yaml"))]
+           for name in ("mismatch-vs-lag", "async-trace", "async-trace-record")}
+    assert len(ids["mismatch-vs-lag"]) == 4 * 2 * 2 * 2 * 2 and len(ids["async-trace"]) == 4 * 3 * 2
+    assert len(set(ids["async-trace"])) == len(ids["async-trace"])
