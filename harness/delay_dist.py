@@ -108,9 +108,10 @@ class DelayDistribution:
 
     def draw(self, seed: int, index: int, count: int) -> list[int]:
         """`count` lags for batch `index`, by inverse CDF from a stream seeded by (seed, index) only."""
-        cdf = list(_accumulate(self.pmf()))
+        pmf = self.pmf()
+        cdf = list(_accumulate(pmf))
         rng = random.Random(f"stalebench-delay:{seed}:{index}")      # str seeds hash by SHA-512: stable
-        last = max(j for j, p in enumerate(self.pmf()) if p > 0)
+        last = max(j for j, p in enumerate(pmf) if p > 0)             # a rounding cdf[-1] < u lands here
         return [min(bisect.bisect_right(cdf, rng.random()), last) for _ in range(count)]
 
     def lags(self, seed: int, index: int, prompts: int, group_size: int) -> list[int]:
