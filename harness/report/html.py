@@ -25,7 +25,7 @@ import pandas as pd
 
 from harness import trialdir
 from harness.report import figures as fig
-from harness.report import paper, stats, tables
+from harness.report import importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_suite
 from harness.report.parallel import fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
