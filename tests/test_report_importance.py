@@ -30,7 +30,8 @@ def test_figures_by_delay_and_estimator(tmp_path):
                                                               "is/adv_pos_clipped_frac": 0.01})
                 trialdir.append_side_row(d, trialdir.IS_HIST, {"step": step, "log_ratio_counts": [1] * 82,
                                                                "clipped_by_position": [0, 1], "tokens_by_position": [4, 4]})
-            trials.append({"trial_id": tid, "status": "completed", "algorithm": algo, "delay": delay, "slice": ""})
+            trials.append({"trial_id": tid, "status": "completed", "algorithm": algo, "delay": delay, "slice": "",
+                           "is/adv_pos_clipped_frac": 0.5})        # the trials table may hold a column of that name
     out = importance_figures(pd.DataFrame(trials), tmp_path, tmp_path, "grpo")
     assert [f.title for f in out] == ["Importance diagnostics by delay", "Token log-ratio histograms",
                                       "Clipped tokens by position"]

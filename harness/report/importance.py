@@ -85,7 +85,7 @@ def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out_dir: Pa
         return []
     done["delay"] = done["delay"].astype(object).where(done["delay"].notna(), "0")
     summary, hists = _trial_summaries(done, Path(results_dir))
-    done = done.merge(summary, on="trial_id")
+    done = done.drop(columns=[k for k, _ in SCALARS if k in done]).merge(summary, on="trial_id")  # ours, not the table's
     keys = [(k, t) for k, t in SCALARS if done[k].notna().any()]
     if not keys:
         return []
@@ -96,8 +96,9 @@ def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out_dir: Pa
     return [f for f in out if f is not None]
 
 
-def _grid(n_rows: int, n_cols: int) -> tuple[plt.Figure, np.ndarray]:
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(PANEL * n_cols + 0.8, PANEL * n_rows + 0.9), squeeze=False)
+def _grid(n_rows: int, n_cols: int, sharey: str | bool = False) -> tuple[plt.Figure, np.ndarray]:
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(PANEL * n_cols + 0.8, PANEL * n_rows + 0.9), squeeze=False,
+                             sharey=sharey)
     return fig, axes
 
 
@@ -114,7 +115,7 @@ def _finish(fig: plt.Figure, axes: np.ndarray, styles: dict, out_dir: Path, stem
 
 def _scalars_by_delay(done: pd.DataFrame, keys: list[tuple[str, str]], styles: dict, out_dir: Path) -> FigureOut:
     slices, delays, labels = _layout(done)
-    fig, axes = _grid(len(slices), len(keys))
+    fig, axes = _grid(len(slices), len(keys), sharey="col")      # a column compares the slices
     x = {d: i for i, d in enumerate(delays)}
     for r, sl in enumerate(slices):
         for c, (key, title) in enumerate(keys):
