@@ -146,7 +146,7 @@ def _histograms(done: pd.DataFrame, hists: dict, styles: dict, out_dir: Path) ->
     slices, delays, labels = _layout(done)
     HIST_LOW, HIST_HIGH, HIST_BINS = trialdir.HIST_LOW, trialdir.HIST_HIGH, trialdir.HIST_BINS
     centers = HIST_LOW + (np.arange(HIST_BINS) + 0.5) * (HIST_HIGH - HIST_LOW) / HIST_BINS
-    fig, axes = _grid(len(slices), len(delays))
+    fig, axes = _grid(len(slices), len(delays), sharey=True)
     for r, sl in enumerate(slices):
         for c, d in enumerate(delays):
             ax = axes[r, c]
