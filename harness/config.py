@@ -17,7 +17,9 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .delay_dist import DelayDistribution
 from .errors import ConfigError
+from .trace import read_trace
 from .lab.config import LabConfig
 
 
@@ -152,10 +154,26 @@ class AsyncConfig:
 
 
 @dataclass(frozen=True)
+class MismatchConfig:
+    """The rollout engine's log-probs differ from the trainer's (harness/rollout/mismatch.py)."""
+    sigma: float = 0.0                     # noise on the engine's weights, σ · rms of each tensor
+    bf16: bool = False                     # round the engine's weights to bfloat16
+    top_p: float = 1.0                     # nucleus sampling; recorded log-probs are the renormalized ones
+    top_k: int = 0                         # top-k sampling (0 = off), applied before top-p as vLLM does
+
+    def validate(self, key: str) -> None:
+        if not 0 <= self.sigma <= 10:
+            raise ConfigError(f"{key}.sigma: must be in [0, 10] (noise relative to each weight tensor's rms); got {self.sigma}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"{key}.top_p: must be in (0, 1] (1 = no nucleus truncation); got {self.top_p}")
+        _positive(f"{key}.top_k", self.top_k, strict=False)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     algorithm: str = DEFAULT_ESTIMATOR     # a registered estimator (algorithms.loss_names())
     params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
-    delay: int = 0                         # exact rollout delay d (optimizer steps)
+    delay: int | DelayDistribution = 0     # exact rollout delay d (optimizer steps), or a law of lags (delay_dist.py)
     eps: float = 0.2                       # trust-region width ε
     group_size: int = 8                    # G responses per prompt
     seed: int = 0
@@ -165,6 +183,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     async_: AsyncConfig | None = None      # YAML key `async`: real concurrent generation (None = exact delay)
     lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
+    mismatch: MismatchConfig | None = None # engine log-probs apart from the trainer's (None = the plain engine)
 
     def validate(self, key: str = "base") -> None:
         from algorithms import check_params, loss_names
@@ -174,14 +193,25 @@ class RunConfig:
             check_params(self.algorithm, dict(self.params))
         except ValueError as exc:
             raise ConfigError(f"params: {exc}") from None
-        _positive("delay", self.delay, strict=False)
+        if isinstance(self.delay, DelayDistribution):
+            self.delay.validate("delay")
+            if self.delay.dist == "trace":          # the file must fit this run's batch shape and length
+                read_trace(self.delay.path, self.train.prompts_per_step * self.group_size,
+                           updates_per_batch=self.train.updates_per_batch, max_lag=self.delay.max, steps=self.train.steps)
+        else:
+            _positive("delay", self.delay, strict=False)
         _positive("eps", self.eps)
         if self.group_size < 2:
             raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
-        for name in ("model", "task", "train", "eval", "async_", "lab"):
+        for name in ("model", "task", "train", "eval", "async_", "lab", "mismatch"):
             section = getattr(self, name)
             if section is not None:
                 section.validate(name.rstrip("_"))
+        if isinstance(self.delay, DelayDistribution) and self.lab is not None:
+            raise ConfigError("delay: an estimator-lab trial takes an integer delay, not a distribution or trace")
+        if self.mismatch is not None and (self.model.engine != "hf" or self.lab is not None):
+            raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use model.engine "
+                              "hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
         if self.train.workers > 1:
@@ -197,6 +227,8 @@ class RunConfig:
                                f"would start its own engine inside the Train process group); use engine hf"),
             (self.async_ is not None, "async is not supported with several workers (the producer thread would "
                                       "share the workers' collectives); use delay"),
+            (isinstance(self.delay, DelayDistribution), "a delay distribution or trace runs in one process (its "
+                                                        "policy snapshots are not shared); use an integer delay"),
         ]
         for refused, reason in refusals:
             if refused:
@@ -226,8 +258,9 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         for arg in (a for a in args if a is not type(None)):
             try:
                 return _coerce(key, arg, value)
-            except ConfigError as exc:
-                errors.append(str(exc))
+            except ConfigError as exc:   # a mapping's error is the section's (e.g. delay: {dist: ...})
+                section = dataclasses.is_dataclass(arg) and isinstance(value, Mapping)
+                errors.insert(0 if section else len(errors), str(exc))
         raise ConfigError(errors[0] if errors else f"{key}: may not be null")
     if dataclasses.is_dataclass(tp):
         if value is None:

@@ -8,6 +8,11 @@ the version after k·s − d updates, so its realized staleness is d .. d+k−1 
 batches come from the initial policy (fresh samples each, generated up front, as a pipeline d deep would
 hold them). Generation is triggered by the policy version, never by wall time.
 
+MixedDelayBuffer (exact, timing-independent, a delay distribution or a replayed trace): each response i
+of batch s has its own behavior version v_i ≤ k·s (`versions(s)`: drawn from the law, or read from the
+trace); batch s is generated when the trainer reaches version k·s, each response from the snapshot of
+its version. The buffer keeps the last `max_lag` + 1 policy snapshots (and checkpoints them).
+
 AsyncProducer (real concurrency): a thread generates batches with its own copy of the policy while the
 trainer updates. It may start batch s once the trainer has published version ≥ k·s − η and uses the
 newest published weights, so realized staleness lies in 0 .. η+k−1 and depends on timing. With η = 0 it
@@ -23,6 +28,7 @@ from typing import Any, Callable
 
 import torch
 
+from .delay_dist import DelayDistribution
 from .rollout.base import Rollout
 from .tasks.base import Problem
 
@@ -39,7 +45,47 @@ class Batch:
     logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
 
 
+def behavior_versions(delay: DelayDistribution, seed: int, updates_per_batch: int, prompts: int, group_size: int,
+                      steps: int) -> Callable[[int], list[int]]:
+    """Batch index s -> the behavior version of each of its responses: max(0, k·s − D_i) with the lags
+    D_i drawn from `delay` (seeded by the trial seed and s), or the versions a trace recorded."""
+    k = updates_per_batch
+    if delay.dist == "trace":
+        from .trace import read_trace
+        trace = read_trace(delay.path, prompts * group_size, updates_per_batch=k, max_lag=delay.max, steps=steps)
+        return lambda s: trace[s]
+    return lambda s: [max(0, k * s - d) for d in delay.lags(seed, s, prompts, group_size)]
+
+
+def exact_source(delay: int | DelayDistribution, model: torch.nn.Module, seed: int, updates_per_batch: int, steps: int,
+                 prompts: int, group_size: int, make_batch: Callable[[int], Any],
+                 make_mixed_batch: Callable[[int, list[int], Callable[[int], torch.nn.Module]], Any]
+                 ) -> "DelayBuffer | MixedDelayBuffer":
+    """The exact delay buffer: one version per batch (an integer delay), or one per response (a law, a trace)."""
+    if not isinstance(delay, DelayDistribution):
+        return DelayBuffer(delay, updates_per_batch, steps, make_batch)
+    versions = behavior_versions(delay, seed, updates_per_batch, prompts, group_size, steps)
+    return MixedDelayBuffer(model, versions, delay.max, updates_per_batch, steps, make_mixed_batch)
+
+
+def mixed_rollout(versions: list[int], sample_rows: Callable[[list[int], int], tuple[Rollout, float | None]],
+                  pad_token_id: int) -> tuple[Rollout, float | None]:
+    """The rows of each distinct version sampled together (`sample_rows(rows, version)` -> rollout, engine
+    gap), put back in row order; the parts ran one after another, so their seconds add up."""
+    parts, order = [], []
+    for v in sorted(set(versions)):
+        rows = [i for i, x in enumerate(versions) if x == v]
+        parts.append(sample_rows(rows, v))
+        order += rows
+    r = Rollout.concat([part for part, _ in parts], pad_token_id).take(sorted(range(len(order)), key=order.__getitem__))
+    r.seconds = sum(part.seconds for part, _ in parts)
+    gaps = [gap for _, gap in parts if gap is not None]
+    return r, (max(gaps) if gaps else None)
+
+
 class DelayBuffer:
+    records_versions = False                   # one version per batch, known from the config
+
     def __init__(self, delay: int, updates_per_batch: int, num_batches: int, generate: Callable[[int], Any]):
         self.delay = delay
         self.k = updates_per_batch
@@ -71,8 +117,70 @@ class DelayBuffer:
         pass
 
 
+class MixedDelayBuffer:
+    """Batches whose responses come from several policy versions (harness/delay_dist.py, harness/trace.py)."""
+    records_versions = True                    # the trial writes its trace (trialdir.TRACE)
+
+    def __init__(self, model: torch.nn.Module, versions: Callable[[int], list[int]], max_lag: int,
+                 updates_per_batch: int, num_batches: int,
+                 generate: Callable[[int, list[int], Callable[[int], torch.nn.Module]], Any]):
+        self.model = model                          # the trainer's (live) model
+        self.versions = versions                    # batch index -> behavior version of each response
+        self.max_lag = max_lag
+        self.k = updates_per_batch
+        self.num_batches = num_batches
+        self.generate = generate                    # (batch index, versions, version -> model) -> batch
+        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}   # version -> detached weights
+        self.shadow: torch.nn.Module | None = None  # a copy that older snapshots are loaded into
+        self.version = 0
+        self.pending: dict[int, Any] = {}
+        self.next_to_generate = 0
+
+    def ready(self, version: int) -> None:
+        """Snapshot the weights as `version`, drop snapshots older than version − max_lag, and generate
+        every batch due at `version` (batch s at version k·s)."""
+        self.version = version
+        if version not in self.snapshots:
+            self.snapshots[version] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        for old in [v for v in self.snapshots if v < version - self.max_lag]:
+            del self.snapshots[old]
+        while self.next_to_generate < self.num_batches and self.k * self.next_to_generate <= version:
+            s = self.next_to_generate
+            self.pending[s] = self.generate(s, self.versions(s), self.model_at)
+            self.next_to_generate += 1
+
+    def model_at(self, version: int) -> torch.nn.Module:
+        """The policy as it was at `version` (the live model for the current one). A later call may
+        reload the shared copy: use the model before asking for another version."""
+        if version == self.version:
+            return self.model
+        if version not in self.snapshots:
+            raise ValueError(f"policy version {version} is not kept (versions {min(self.snapshots)}.."
+                             f"{max(self.snapshots)}; max lag {self.max_lag})")
+        if self.shadow is None:
+            self.shadow = copy.deepcopy(self.model).eval()
+        self.shadow.load_state_dict(self.snapshots[version])
+        return self.shadow
+
+    def take(self, s: int) -> Any:
+        return self.pending.pop(s)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "next_to_generate": self.next_to_generate, "snapshots": self.snapshots}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pending = dict(state["pending"])
+        self.next_to_generate = state["next_to_generate"]
+        device = next(self.model.parameters()).device
+        self.snapshots = {int(v): {k: t.to(device) for k, t in w.items()} for v, w in state["snapshots"].items()}
+
+    def close(self) -> None:
+        pass
+
+
 class AsyncProducer:
     """Generates batches in a background thread with bounded staleness η (`max_staleness`)."""
+    records_versions = True                    # timing decides the versions: the trial writes its trace
 
     def __init__(self, model: torch.nn.Module, max_staleness: int, updates_per_batch: int, num_batches: int,
                  generate: Callable[[int, torch.nn.Module, int], Any], start_batch: int = 0, start_version: int = 0):

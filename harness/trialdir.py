@@ -8,6 +8,9 @@
         metrics.jsonl     one row per step (consumed batch); eval.jsonl: one row per evaluation
         status.json       running | completed | diverged | failed, the step reached, the config hash
         error.log         the traceback of a failed trial; checkpoint.pt: the trainer's resumable state
+        trace.jsonl       the policy version of every response, one row per step (trials whose batches mix
+                          versions or are generated asynchronously; format: harness/trace.py)
+        is_hist.jsonl     per-step histograms of the token log-ratio log ρ (docs/metrics.md)
         policy/           the kept policy (train.save), a transformers model directory
         benchmarks/results.json   its benchmark scores (`stalebench eval --trial`)
         .lock             held by the process working in the directory (one at a time)
@@ -44,6 +47,10 @@ ENDED = STATUSES[:3]                       # final or failed: no process is work
 CONFIG, PARAMS, PROVENANCE = "config.yaml", "params.json", "provenance.json"
 METRICS, EVALS, STATUS = "metrics.jsonl", "eval.jsonl", "status.json"
 ERROR_LOG, CHECKPOINT = "error.log", "checkpoint.pt"
+TRACE, IS_HIST = "trace.jsonl", "is_hist.jsonl"
+SIDE_ROWS = (TRACE, IS_HIST)               # per-step rows the trainer writes beside metrics.jsonl (not mirrored)
+HIST_LOW, HIST_HIGH, HIST_BINS = -4.0, 4.0, 80   # IS_HIST's log ρ bins: width 0.1 on [−4, 4], plus the tokens
+                                                 # below and above (log_ratio_counts[0], [-1]); docs/metrics.md
 RECORD = (CONFIG, PARAMS, PROVENANCE, METRICS, EVALS, STATUS)   # a trial's record (what a mirror archives)
 ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
 LAB_DIR, RAY_DIR, TUNE_DIR = "lab", "ray", "tune"   # beside the trials: the lab's sweeps, Tune's storage, tune's trials
@@ -386,6 +393,30 @@ def last_step(trial_dir: Path) -> int:
 def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(dict(row)) + "\n")
+
+
+def append_side_row(trial_dir: Path, name: str, row: Mapping[str, Any]) -> None:
+    """One row of TRACE or IS_HIST."""
+    assert name in SIDE_ROWS, name
+    append_jsonl(Path(trial_dir) / name, row)
+
+
+def read_side_rows(trial_dir: Path, name: str) -> list[dict[str, Any]]:
+    """TRACE's or IS_HIST's rows (read_jsonl: a torn last line dropped, damaged lines skipped)."""
+    assert name in SIDE_ROWS, name
+    return read_jsonl(Path(trial_dir) / name)
+
+
+def truncate_side_rows(trial_dir: Path, through_step: int) -> None:
+    """A resume from `through_step`: drop the side rows of the steps after it (they are regenerated)."""
+    for name in SIDE_ROWS:
+        if (Path(trial_dir) / name).exists():
+            truncate_jsonl(Path(trial_dir) / name, through_step)
+
+
+def trace_file(trial_dir: Path) -> Path:
+    """The trial's recorded version trace: what `delay: {dist: trace, path: ...}` replays."""
+    return Path(trial_dir) / TRACE
 
 
 def truncate_jsonl(path: Path, through_step: int) -> list[dict[str, Any]]:

@@ -236,6 +236,18 @@ def cases() -> list[Case]:
         Case("workers: 2 of cpu 1000 (Ray starts)", ["run", "{d}/s.yaml", "--results", "{d}/r"],
              {"s.yaml": dump({**GOOD, "base": {**BASE, "train": {**BASE["train"], "workers": 2}},
                               "resources": {"cpu": 1000}})}),
+        # ---- delay laws, version traces, engine mismatch (docs/staleness.md)
+        check(base(delay={"dist": "geometric", "p": 1.5, "max": 8}), "staleness: geometric p 1.5"),
+        check(base(delay={"dist": "poisson", "mean": 2}), "staleness: a law without max"),
+        check(base(mismatch={"top_p": 0}), "staleness: mismatch top_p 0"),
+        *[Case(f"staleness: trace {kind}", ["check", "{d}/s.yaml"],
+               {"s.yaml": base(delay={"dist": "trace", "path": "t.jsonl", "max": 8}), "t.jsonl": text})
+          for kind, text in [
+              ("from the future", "".join(json.dumps({"step": s + 1, "versions": [s + 1] * 16}) + "\n" for s in range(4))),
+              ("of the wrong batch shape", json.dumps({"step": 1, "versions": [0] * 15}) + "\n"),
+              ("nested 10^6 deep", "[" * 10**6 + "]" * 10**6 + "\n"),
+              ("non-numeric", json.dumps({"step": 1, "versions": ["x"] * 16}) + "\n"),
+              ("too short", json.dumps({"step": 1, "versions": [0] * 16}) + "\n")]],
     ]
     return c
 

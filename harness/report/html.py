@@ -25,7 +25,7 @@ import pandas as pd
 
 from harness import trialdir
 from harness.report import figures as fig
-from harness.report import paper, stats, tables
+from harness.report import importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
@@ -129,6 +129,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
         "group_size": partial(fig.heatmap, "group_size", plot, out_dir),
         "survival": partial(fig.survival_curves, plot, out_dir),
         "staleness": partial(fig.staleness, a.trials, res.metrics, out_dir)})
+    figures += importance.importance_figures(a.cell_trials, res.path, out_dir, res.settings.baseline)
     extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)

@@ -75,9 +75,10 @@ class PlotData:
     @classmethod
     def build(cls, a: Analysis, metrics: pd.DataFrame, diagnostics: list[str]) -> PlotData:
         ct = a.cell_trials
-        done = ct[ct["status"].isin(FINISHED) & ct["delay"].notna()].copy()
+        numeric = pd.to_numeric(ct["delay"], errors="coerce")  # a delay law (JSON text) is not on a delay axis
+        done = ct[ct["status"].isin(FINISHED) & numeric.notna()].copy()
         done["algorithm"] = done["algorithm"].astype(str)
-        done["delay"] = done["delay"].astype(float)
+        done["delay"] = numeric[done.index].astype(float)
         styles = estimator_style(list(done["algorithm"].unique()), a.baseline)
         first = done.drop_duplicates("slice")
         slices = [s for _, s in sorted(((tuple(_sort_key(r[k]) for k in a.other), r["slice"])

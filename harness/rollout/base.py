@@ -16,6 +16,8 @@ class Rollout:
     logp_behavior:  (B, T) log-prob of each response token under the generating policy (0 on padding)
     version:        (B,) policy version (optimizer updates applied) that generated each response
     texts:          decoded responses (special tokens stripped)
+    logp_rollout:   optional (B, T) the engine's own log-probs when they differ from the behavior policy's
+                    (harness/rollout/mismatch.py: perturbed weights, top-p/top-k renormalized); 0 on padding
     """
 
     prompt_ids: torch.Tensor
@@ -26,6 +28,7 @@ class Rollout:
     version: torch.Tensor
     texts: list[str]
     seconds: float = 0.0
+    logp_rollout: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> "Rollout":
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
@@ -48,7 +51,15 @@ class Rollout:
                        torch.cat([pad(r.response_mask, T, False, False) for r in parts]),
                        torch.cat([pad(r.logp_behavior, T, 0.0, False) for r in parts]),
                        torch.cat([r.version for r in parts]), [t for r in parts for t in r.texts],
-                       max(r.seconds for r in parts))
+                       max(r.seconds for r in parts),
+                       None if any(r.logp_rollout is None for r in parts) else
+                       torch.cat([pad(r.logp_rollout, T, 0.0, False) for r in parts]))
+
+    def take(self, rows: list[int]) -> "Rollout":
+        """The rows `rows`, in that order."""
+        index = torch.tensor(rows, dtype=torch.long)
+        picked = {k: (v[index.to(v.device)] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return Rollout(**{**picked, "texts": [self.texts[i] for i in rows]})
 
     @property
     def num_tokens(self) -> int:

@@ -1,0 +1,129 @@
+"""Version traces: the asynchronous producer records one; the exact mode replays it (same trace, same
+numbers); a trace that does not fit the suite, or is malformed or hostile, is refused with one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import trace as trace_mod
+from harness import trialdir
+from harness.config import ConfigError, build_run_config
+
+from test_trainer import run, strip_perf
+
+B = 16                      # tiny_base: 4 prompts × group_size 4; 6 steps, one update per batch
+
+
+@pytest.fixture
+def learning_base(tiny_base):
+    return {**tiny_base, "model": {"kind": "tiny"}}
+
+
+def replay(path, max_lag=8):
+    return {"delay": {"dist": "trace", "path": str(path), "max": max_lag}}
+
+
+def write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_async_trial_records_its_versions_and_replaying_them_twice_is_identical(learning_base, tmp_path):
+    status, async_rows, _ = run(learning_base, tmp_path, "async", **{"async": {"max_staleness": 2}})
+    assert status == "completed"
+    recorded = trialdir.read_side_rows(tmp_path / "async", trialdir.TRACE)
+    assert [r["step"] for r in recorded] == [1, 2, 3, 4, 5, 6] and all(len(r["versions"]) == B for r in recorded)
+    for s, (row, tr) in enumerate(zip(async_rows, recorded)):     # k = 1: staleness = s − version
+        assert row["stale/mean"] == sum(s - v for v in tr["versions"]) / B
+    path = trialdir.trace_file(tmp_path / "async")
+    _, a, a_eval = run(learning_base, tmp_path, "replay-a", **replay(path))
+    _, b, b_eval = run(learning_base, tmp_path, "replay-b", **replay(path))
+    assert strip_perf(a) == strip_perf(b) and a_eval == b_eval
+    assert [r["stale/mean"] for r in a] == [r["stale/mean"] for r in async_rows]
+    assert sum(r["loss/value"] != 0 for r in a) >= 2
+    # the replay records the trace it replayed
+    assert trialdir.read_side_rows(tmp_path / "replay-a", trialdir.TRACE) == recorded
+
+
+def test_a_constant_trace_is_the_exact_delay_bit_for_bit(learning_base, tmp_path):
+    d = 2
+    path = write(tmp_path / "d2.jsonl", [{"step": s + 1, "versions": [max(0, s - d)] * B} for s in range(6)])
+    _, exact, exact_eval = run(learning_base, tmp_path, "exact", delay=d)
+    _, replayed, replayed_eval = run(learning_base, tmp_path, "replayed", **replay(path))
+    assert strip_perf(replayed) == strip_perf(exact) and replayed_eval == exact_eval
+
+
+def test_mixed_trace_replays_each_response_at_its_version(tiny_base, tmp_path):
+    # step s (0-based batch s) gives response i the version max(0, s − (i mod 3)): lags 0, 1, 2 mixed
+    rows = [{"step": s + 1, "versions": [max(0, s - i % 3) for i in range(B)]} for s in range(6)]
+    _, out, _ = run(tiny_base, tmp_path, "mixed", **replay(write(tmp_path / "m.jsonl", rows), max_lag=2))
+    for s, row in enumerate(out):
+        assert row["stale/mean"] == sum(s - v for v in rows[s]["versions"]) / B
+        assert row["stale/max"] == min(s, 2)
+
+
+GOOD = [{"step": s + 1, "versions": [0] * B} for s in range(6)]
+
+
+@pytest.mark.parametrize("rows,message", [
+    (GOOD[:5], "5 steps, fewer than train.steps 6"),
+    ([], "no steps (an empty trace)"),
+    ([{"step": 1, "versions": [0] * 15}] + GOOD[1:], "line 1: 15 responses, but a step of this suite has 16"),
+    ([GOOD[0], {"step": 3, "versions": [0] * B}], "line 2: step 3, expected 2"),
+    ([GOOD[0], {"step": 2, "versions": [2] + [0] * 15}], "line 2: response 0: version 2 is outside 0..1 "
+                                                          "(step 2 is consumed at version 1: no version from the future)"),
+    ([{"step": 1, "versions": [-1] + [0] * 15}], "response 0: version -1 is outside 0..0"),
+    ([GOOD[0], {"step": 2, "versions": ["1"] + [0] * 15}], "response 0: version '1' is not an integer"),
+    ([GOOD[0], {"step": 2, "versions": [True] + [0] * 15}], "response 0: version True is not an integer"),
+    ([GOOD[0], {"step": 2, "versions": [0.5] + [0] * 15}], "response 0: version 0.5 is not an integer"),
+    ([GOOD[0], '{"step": 2, "versions": [NaN' + ", 0" * 15 + "]}"], "line 2: not a JSON object (ValueError)"),
+    (["[" * 100_000 + "]" * 100_000], "line 1: not a JSON object (RecursionError)"),
+    (['{"step": 1, "versions": ' + "[" * 50 + "0" + "]" * 50 + "}"], "line 1: 1 responses, but a step"),
+    (["not json"], "line 1: not a JSON object"),
+    (["[1, 2]"], "line 1: expected the keys step and versions (or step and segments); got 'list'"),
+    ([{"step": 1, "versions": [0] * B, "extra": 1}], "expected the keys step and versions"),
+    ([{"step": 1, "segments": [[0, 0]] + [[0]] * 15}], "response 0 has 2 segments; replaying a response generated"),
+    ([{"step": 1, "segments": [[]] + [[0]] * 15}], "response 0: segments must be a non-empty list of versions"),
+])
+def test_bad_traces_are_one_line_errors(tiny_base, tmp_path, rows, message):
+    path = write(tmp_path / "t.jsonl", rows)
+    with pytest.raises(ConfigError) as exc:
+        build_run_config(tiny_base, replay(path))
+    assert message in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_segment_traces_of_one_segment_replay_like_versions(tiny_base, tmp_path):
+    path = write(tmp_path / "seg.jsonl", [{"step": s + 1, "segments": [[0]] * B} for s in range(6)])
+    build_run_config(tiny_base, replay(path))
+
+
+def test_hostile_files_are_refused_before_reading(tiny_base, tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="no such trace file"):
+        build_run_config(tiny_base, replay(tmp_path / "missing.jsonl"))
+    with pytest.raises(ConfigError, match="not a file"):
+        build_run_config(tiny_base, replay(tmp_path))
+    (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        build_run_config(tiny_base, replay(tmp_path / "bin.jsonl"))
+    monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 100)
+    with pytest.raises(ConfigError, match="more than a trace may hold"):
+        build_run_config(tiny_base, replay(write(tmp_path / "big.jsonl", GOOD)))
+
+
+def test_a_lag_beyond_max_is_refused(tiny_base, tmp_path):
+    rows = [{"step": s + 1, "versions": [0] * B} for s in range(6)]      # step 6 holds version 0: 5 old
+    with pytest.raises(ConfigError, match="version 0 is 4 versions old, more than delay.max 3"):
+        build_run_config(tiny_base, replay(write(tmp_path / "t.jsonl", rows), max_lag=3))
+
+
+def test_the_staleness_suites_load(monkeypatch):
+    from pathlib import Path
+
+    from harness.suite import expand, load_suite
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)                          # trace paths are relative to where stalebench runs
+    ids = {name: [t.trial_id for t in expand(load_suite(f"suites/{name}.yaml"))]
+           for name in ("mismatch-vs-lag", "async-trace", "async-trace-record")}
+    assert len(ids["mismatch-vs-lag"]) == 4 * 2 * 2 * 2 * 2 and len(ids["async-trace"]) == 4 * 3 * 2
+    assert len(set(ids["async-trace"])) == len(ids["async-trace"])
