@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("suite", help=SUITE_HELP)
     rep.add_argument("--results", default="results")
     rep.add_argument("--out", default=None, help="output directory (default: reports/<suite>)")
+    rep.add_argument("--formats", default="png", help="figure formats, comma-separated: png (default), svg, png,svg")
     cmp = sub.add_parser("compare", help="two suites' results side by side, with differences and their CIs")
     cmp.add_argument("a", help="results directory (or suite name) A")
     cmp.add_argument("b", help="results directory (or suite name) B")
@@ -148,10 +149,11 @@ def _cmd_run(args) -> int:
     return 0 if not counts.get("failed") else 1
 
 
-def _report(results: Path, out: Path | None) -> None:
+def _report(results: Path, out: Path | None, formats: str = "png") -> None:
     """Write the report and end with the paper table in the terminal, like lm-eval's closing table."""
     from .report import build_report, closing_table
-    index = build_report(results, out)
+    from .report.plotting import parse_formats
+    index = build_report(results, out, parse_formats(formats))
     print(closing_table(index))
     print(f"report: {index}")
 
@@ -209,7 +211,7 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    _report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out))
+    _report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out), args.formats)
     return 0
 
 
