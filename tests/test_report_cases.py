@@ -33,14 +33,14 @@ def suite_dir(root: Path, name: str = "cases", **report: object) -> Path:
 def trial(d: Path, tid: str, algorithm: str, delay: int, seed: int, acc: list[float],
           steps: list[int] | None = None, status: str = "completed", diverged_step: int | None = None,
           stale: list[float] | None = None, prov: dict | None = None, **params: object) -> None:
-    """One trial with the given eval curve; metrics rows 1..last step with stale/mean (default:
+    """One trial with the given eval curve (500 problems per evaluation); metrics rows 1..last step with stale/mean (default:
     min(step - 1, delay), i.e. a warm-up of `delay` steps then exactly `delay`)."""
     steps = steps or EVAL_STEPS[:len(acc)]
     last = diverged_step or steps[-1]
     stale = stale or [float(min(s - 1, delay)) for s in range(1, last + 1)]
     metrics = [{"step": s, "loss/value": 0.1, "stale/mean": st} for s, st in zip(range(1, last + 1), stale)]
     write_trial(d, {"trial_id": tid, "algorithm": algorithm, "delay": delay, "seed": seed, **params},
-                metrics, [{"step": s, "eval/acc": a} for s, a in zip(steps, acc)],
+                metrics, [{"step": s, "eval/acc": a, "eval/n": 500} for s, a in zip(steps, acc)],
                 {"status": status, "step": last, "error": None, "diverged_step": diverged_step}, prov)
 
 
@@ -109,7 +109,8 @@ def test_run_falling_from_027_to_007_is_collapsed_and_so_is_a_late_collapse(tmp_
     t = analysis(d).trials.set_index("trial_id")
     assert t.loc["falls", "collapsed"] and t.loc["falls", "collapse_reason"] == "below_start"
     assert t.loc["falls", "collapse_step"] == 40
-    assert t.loc["late", "collapsed"] and t.loc["late", "collapse_reason"] == "below_start@end"
+    # judged at the end: 0.23 - 0.1 = 0.13 > 3 se(0.23, 0.1) = 3 sqrt(0.1771/500 + 0.09/500) = 0.0693
+    assert t.loc["late", "collapsed"] and t.loc["late", "collapse_reason"] == "below_start"
     assert t.loc["late", "collapse_step"] == 150
     assert not t.loc["fine", "collapsed"]
     cell = analysis(d).cells.iloc[0]
@@ -213,9 +214,10 @@ def test_paper_table_exports_and_closing_table(tmp_path):
     assert txt == closing_table(index) == closing_table(out)
     lines = [line for line in txt.splitlines() if line.startswith(("grpo", "gmc_grpo"))]
     assert lines[0].startswith("grpo")  # the baseline's row first
-    # retained = acc@32 / acc@0: grpo (0.3 + 0.31) / 2 / ((0.5 + 0.51) / 2) = 0.305 / 0.505 = 60%
-    assert "60%" in lines[0]
-    assert "| estimator | delay 0 | delay 4 | delay 32 | retained @32 | delay AUC |" in md
+    # gain retained = (acc@32 - base) / (acc@0 - base), base = the step-0 accuracy 0.23: grpo
+    # ((0.3 + 0.31) / 2 - 0.23) / ((0.5 + 0.51) / 2 - 0.23) = 0.075 / 0.275 = 27% (acc@32 / acc@0 was 60%)
+    assert "27%" in lines[0] and "60%" not in lines[0]
+    assert "| estimator | delay 0 | delay 4 | delay 32 | gain retained @32 | delay AUC |" in md
     assert "**0.605 [" in md  # gmc_grpo's delay-0 mean is the column's best
     assert r"gmc\_grpo" in tex and r"\toprule" in tex and r"\textbf{0.605" in tex
     assert "paper_table.md" in index.read_text()

@@ -9,7 +9,10 @@ One table per slice (combination of varying grid keys other than algorithm and d
 * ``†``   the value is a shared trial (an on-policy trial standing for several estimators, or a trial
   whose estimator ignores an axis of this slice); the footnote names it.
 
-Robustness columns: *retained* = final accuracy at the largest delay / final accuracy at delay 0;
+Robustness columns: *gain retained* = (acc_d - acc_base) / (acc_0 - acc_base) at the largest delay d, with
+acc_base the mean step-0 (first) evaluation of the two cells' trials (the base's accuracy): the share of the
+on-policy gain that survives the delay (``gain_retained``; a plain acc_d / acc_0 has a floor near
+acc_base / acc_0 for an estimator that learns nothing);
 *delay AUC* = area under final accuracy vs x = log2(1 + delay), divided by the x span
 (``stats.delay_auc``: the accuracy averaged over the delays as the figure draws them).
 """
@@ -38,6 +41,7 @@ class PaperCell:
     lo: float
     hi: float
     seeds: int
+    start: float  # mean step-0 accuracy of the cell's finished trials
     n_collapsed: int
     shared: bool
     best: bool  # highest point estimate in its column
@@ -68,7 +72,7 @@ class PaperCell:
 class PaperRow:
     algorithm: str
     cells: list[PaperCell | None]  # one per delay, None where the cell was not run
-    retained: float
+    gain_retained: float
     delay_auc: float
 
 
@@ -88,8 +92,10 @@ class PaperTable:
         lo, hi = self.seeds
         seeds = (f"{hi} seed" + ("s" if hi != 1 else "")) if lo == hi else f"{lo}-{hi} seeds"
         where = f" ({self.slice})" if self.slice else ""
+        top = show(self.delays[-1]) if self.delays else DASH
         text = (f"{suite}{where}: final held-out accuracy [95% CI] by delay, {seeds} per cell. "
-                f"Retained = accuracy at delay {show(self.delays[-1]) if self.delays else DASH} / at delay 0; "
+                f"Gain retained = (acc at delay {top} - base) / (acc at delay 0 - base), base = the trials' "
+                "step-0 accuracy; "
                 "delay AUC = mean accuracy over log2(1 + delay). Bold: highest in its column (not a "
                 "significance claim). cK/N: K of N seeds collapsed.")
         if self.low_confidence:
@@ -116,9 +122,8 @@ def paper_tables(a: Analysis) -> list[PaperTable]:
             mine = part[part["algorithm"].astype(str) == algo].set_index("delay")
             entries = [_cell(mine.loc[d], best[d]) if d in mine.index else None for d in delays]
             points = [np.nan if c is None else c.point for c in entries]
-            retained = points[-1] / points[0] if len(points) > 1 and points[0] > 0 else np.nan
-            rows.append(PaperRow(algo, entries, retained, stats.delay_auc(np.asarray(delays, float),
-                                                                           np.asarray(points))))
+            kept = gain_retained(entries[0], entries[-1]) if len(entries) > 1 and delays[0] == 0 else np.nan
+            rows.append(PaperRow(algo, entries, kept, stats.delay_auc(np.asarray(delays, float), np.asarray(points))))
         seeds = part["seeds"].to_numpy(dtype=int)
         out.append(PaperTable(str(s), [float(d) for d in delays], rows, (int(seeds.min()), int(seeds.max())),
                               bool((seeds < stats.MIN_CONFIDENT_SEEDS).any()),
@@ -126,14 +131,27 @@ def paper_tables(a: Analysis) -> list[PaperTable]:
     return out
 
 
+def gain_retained(on_policy: PaperCell | None, delayed: PaperCell | None) -> float:
+    """(acc_d - base) / (acc_0 - base) with base the seed-weighted mean step-0 accuracy of both cells'
+    trials; NaN when a cell is missing or there is no gain at delay 0 to retain (acc_0 <= base)."""
+    if on_policy is None or delayed is None:
+        return float("nan")
+    starts = [(c.start, c.seeds) for c in (on_policy, delayed) if np.isfinite(c.start) and c.seeds]
+    if not starts:
+        return float("nan")
+    base = sum(s * n for s, n in starts) / sum(n for _, n in starts)
+    gain = on_policy.point - base
+    return float((delayed.point - base) / gain) if gain > 0 else float("nan")
+
+
 def _cell(r: pd.Series, best: float) -> PaperCell:
     point = float(r["final"])
-    return PaperCell(point, float(r["ci_low"]), float(r["ci_high"]), int(r["seeds"]), int(r["n_collapsed"]),
-                     bool(r["shared_note"]), bool(np.isfinite(point) and point == best))
+    return PaperCell(point, float(r["ci_low"]), float(r["ci_high"]), int(r["seeds"]), float(r["start_acc"]),
+                     int(r["n_collapsed"]), bool(r["shared_note"]), bool(np.isfinite(point) and point == best))
 
 
 def _robust(row: PaperRow) -> tuple[str, str]:
-    retained = DASH if not np.isfinite(row.retained) else f"{100 * row.retained:.0f}%"
+    retained = DASH if not np.isfinite(row.gain_retained) else f"{100 * row.gain_retained:.0f}%"
     auc = DASH if not np.isfinite(row.delay_auc) else f"{row.delay_auc:.3f}"
     return retained, auc
 
@@ -141,7 +159,7 @@ def _robust(row: PaperRow) -> tuple[str, str]:
 def header(t: PaperTable) -> list[str]:
     """Column titles: estimator, one per delay, the two robustness columns."""
     return ["estimator", *[f"delay {show(d)}" for d in t.delays],
-            f"retained @{show(t.delays[-1]) if t.delays else DASH}", "delay AUC"]
+            f"gain retained @{show(t.delays[-1]) if t.delays else DASH}", "delay AUC"]
 
 
 def text_rows(t: PaperTable) -> list[list[str]]:
