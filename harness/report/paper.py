@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report import stats
+from harness.report import resolve, stats
 from harness.report.render import DASH, show
 from harness.report.tables import Analysis, _sort_key
 
@@ -86,6 +86,7 @@ class PaperTable:
     seeds: tuple[int, int]  # (min, max) finished seeds over its cells
     low_confidence: bool  # some cell has an interval from fewer than 5 seeds (or none)
     notes: list[str]  # shared-trial footnotes
+    resolved: list[tuple[int, int]]  # per delay: (resolved, tested) estimator pairs (resolve.pair_tests)
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
@@ -98,6 +99,11 @@ class PaperTable:
                 "step-0 accuracy; "
                 "delay AUC = mean accuracy over log2(1 + delay). Bold: highest in its column (not a "
                 "significance claim). cK/N: K of N seeds collapsed.")
+        tested = sum(n for _, n in self.resolved)
+        if tested:
+            text += (f" Resolved pairs: K/M of the M estimator pairs at that delay differ (two-sided exact "
+                     f"permutation test on the seeds' mean final accuracy, Holm-adjusted over the table's "
+                     f"{tested} pairs, family-wise {resolve.ALPHA:.0%}).")
         if self.low_confidence:
             text += (f" LOW CONFIDENCE: * marks cells with fewer than {stats.MIN_CONFIDENT_SEEDS} seeds "
                      "(mean with Student-t interval); a single seed has no interval.")
@@ -127,7 +133,8 @@ def paper_tables(a: Analysis) -> list[PaperTable]:
         seeds = part["seeds"].to_numpy(dtype=int)
         out.append(PaperTable(str(s), [float(d) for d in delays], rows, (int(seeds.min()), int(seeds.max())),
                               bool((seeds < stats.MIN_CONFIDENT_SEEDS).any()),
-                              sorted(set(filter(None, part["shared_note"])))))
+                              sorted(set(filter(None, part["shared_note"]))),
+                              resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays])))
     return out
 
 
@@ -162,6 +169,13 @@ def header(t: PaperTable) -> list[str]:
             f"gain retained @{show(t.delays[-1]) if t.delays else DASH}", "delay AUC"]
 
 
+def footer(t: PaperTable) -> list[str] | None:
+    """The "resolved pairs" row (K/M per delay; a dash where no pair was testable), None when none was."""
+    if not any(n for _, n in t.resolved):
+        return None
+    return ["resolved pairs", *[f"{k}/{n}" if n else DASH for k, n in t.resolved], "", ""]
+
+
 def text_rows(t: PaperTable) -> list[list[str]]:
     """Body cells as plain text (numbers plus marks)."""
     return [[r.algorithm, *[DASH if c is None else c.number() + c.marks() for c in r.cells], *_robust(r)]
@@ -172,7 +186,7 @@ def to_text(tables: list[PaperTable], suite: str) -> str:
     """Fixed-width plain text for a terminal (what ``stalebench report`` prints at its end)."""
     blocks = []
     for t in tables:
-        grid = [header(t), *text_rows(t)]
+        grid = [header(t), *text_rows(t), *filter(None, [footer(t)])]
         widths = [max(len(row[i]) for row in grid) for i in range(len(grid[0]))]
         line = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
                                      for i, (c, w) in enumerate(zip(row, widths)))
@@ -201,6 +215,8 @@ def to_markdown(tables: list[PaperTable], suite: str) -> str:
                 number = f"**{c.number()}**" if c.best else c.number()
                 cells.append(number + _md_escape(c.marks()))
             lines.append("| " + " | ".join([_md_escape(r.algorithm), *cells, *_robust(r)]) + " |")
+        if footer(t):
+            lines.append("| " + " | ".join(footer(t)) + " |")
         title = f"### {_md_escape(suite)}" + (f" ({_md_escape(t.slice)})" if t.slice else "")
         blocks.append("\n".join([title, "", *lines, "", _md_escape(t.caption(suite))]))
     return "\n\n".join(blocks) + "\n"
@@ -244,6 +260,8 @@ def to_latex(tables: list[PaperTable], suite: str) -> str:
         for r in t.rows:
             lines.append(" & ".join([latex_escape(r.algorithm), *[_latex_cell(c) for c in r.cells],
                                      *[latex_escape(x) for x in _robust(r)]]) + r" \\")
+        if footer(t):
+            lines += [r"\midrule", " & ".join(latex_escape(c) for c in footer(t)) + r" \\"]
         caption = t.caption(suite).replace("cK/N: K of N", "xK/N: K of N")
         lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}", r"\end{table}"]
         blocks.append("\n".join(lines))

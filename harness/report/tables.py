@@ -26,7 +26,7 @@ import pandas as pd
 
 from harness import trialdir
 from harness.report import collapse as col
-from harness.report import stats
+from harness.report import resolve, stats
 from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults
 from harness.report.render import show
 
@@ -322,6 +322,8 @@ class Analysis:
     top_delay: float
     staleness: pd.DataFrame  # staleness_summary
     baseline: str
+    pairs: list[resolve.PairTest]  # every table's estimator pairs, tested (resolve.pair_tests)
+    agreement: pd.DataFrame  # Kendall's tau between slices' rankings at the largest delay
 
 
 def analyse(res: SuiteResults) -> Analysis:
@@ -335,4 +337,4 @@ def analyse(res: SuiteResults) -> Analysis:
     cells = cell_table(cell_trials, res.param_keys, res.settings.baseline)
     board, top_delay = leaderboard(cells)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
-                    res.settings.baseline)
+                    res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay))
