@@ -61,7 +61,8 @@ def pack_suite(suite_dir: Path, out_path: Path) -> Path:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
     try:
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
+        with open(tmp, "wb") as raw, \
+                gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name in sorted({n.split("/")[0] for n, _ in files[1:]}):
                 tar.addfile(_info(name, tarfile.DIRTYPE, 0))

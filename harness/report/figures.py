@@ -3,10 +3,10 @@ realized staleness (and survival curves when they say something).
 
 Each function draws from the frames of ``tables`` (never one figure per trial), writes its files into
 ``out`` (``plotting.Output``: PNG by default, SVG on request) and returns a ``FigureOut`` whose caption
-says what is shown and over how many seeds, or None when the suite has nothing to show. How they look (facets, styles, legend, margins, files) is
-``plotting.py``'s; ``FigureOut``, ``PlotData`` and ``estimator_style`` are re-exported from it. Only
-finished trials are drawn; diverged trials as scored (accuracy 0 from the divergence on;
-``tables.scored_curve``).
+says what is shown and over how many seeds, or None when the suite has nothing to show. How they look
+(facets, styles, legend, margins, files) is ``plotting.py``'s; ``FigureOut``, ``PlotData`` and
+``estimator_style`` are re-exported from it. Only finished trials are drawn; diverged trials as scored
+(accuracy 0 from the divergence on; ``tables.scored_curve``).
 
 Delay axes are log2 of (1 + delay), labelled with the delays, so delay 0 shows and 0 / 4 do not overlap.
 """

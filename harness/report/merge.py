@@ -103,10 +103,10 @@ def merge_trials(user_dir: Path, archive: Path) -> Merged:
             differ = sorted(k for k, v in constant.items() if flat.get(k) != v)
             if differ:
                 k = differ[0]
+                more = f" (and {len(differ) - 1} more settings differ)" if len(differ) > 1 else ""
                 raise MergeError(f"trial {tid}: {k} is {flat.get(k, '<absent>')} but {constant[k]} in every "
-                                 f"reference trial{f' (and {len(differ) - 1} more settings differ)' if len(differ) > 1 else ''}"
-                                 "; it would be ranked on another benchmark: run it with the reference suite's "
-                                 "base settings (add your estimator to its grid, run it with --only)")
+                                 f"reference trial{more}; it would be ranked on another benchmark: run it with the "
+                                 "reference suite's base settings (add your estimator to its grid, run it with --only)")
             shutil.copytree(d, merged / tid, ignore=lambda _, names: [n for n in names if n not in trialdir.RECORD])
             added += 1
         shutil.copyfile(user_dir / SUITE_FILE, merged / SUITE_FILE)

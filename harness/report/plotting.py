@@ -1,5 +1,6 @@
 """The report's figure machinery: what every figure draws from (``PlotData``), estimator styles, facet
-grids with fixed margins, the shared legend, captions' seed counts, and saving (``Output``: PNG by default, SVG on request).
+grids with fixed margins, the shared legend, captions' seed counts, and saving (``Output``: PNG by default,
+SVG on request).
 
 The figures themselves are in ``figures.py``; this module decides how they look, not what they show.
 Facets are seaborn ``FacetGrid``s (``Grid``): wrapped when there is one facet variable, facet values in
