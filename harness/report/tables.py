@@ -34,8 +34,7 @@ FINISHED = trialdir.FINAL  # the statuses whose results count
 STATUSES = trialdir.STATUSES  # in this order in cells.csv and status counts
 AXIS_SYMBOLS = {"eps": "\u03b5", "group_size": "G"}  # how a grid key is written in notes and labels
 CELL_COLUMNS = ("config", "seeds", "start_acc", "final", "ci_low", "ci_high", "statistic", "ci_method",
-                "low_confidence",
-                "iqm_final", "mean_final", "iqm_best", "iqm_auc", "n_collapsed", "collapse_rate",
+                "low_confidence", "iqm_final", "mean_final", "iqm_best", "iqm_auc", "n_collapsed", "collapse_rate",
                 "median_steps_to_collapse", "status_counts", *(f"n_{s}" for s in STATUSES),
                 "poi_vs_baseline", "poi_low", "poi_high", "shared_note")
 
