@@ -73,13 +73,25 @@ def test_run_falling_from_027_to_007_and_staying_is_collapsed():
 
 def test_giving_back_more_than_half_of_a_real_gain_collapses():
     # start 0.2, best 0.5 (gain 0.3 > 3 se(0.5, 0.2) = 3 sqrt(0.25/500 + 0.16/500) = 3 * 0.028636 = 0.0859)
-    # ends at 0.34 < 0.5 - 0.5 * 0.3 = 0.35: gain_lost, from step 70 (the first of the final 0.34s); it is
+    # ends at 0.34 < 0.5 - 0.5 * 0.3 = 0.35, and 0.5 - 0.34 = 0.16 > 3 se(0.5, 0.34) = 3 sqrt(0.25/500 +
+    # 0.2244/500) = 3 * 0.030802 = 0.0924: gain_lost, from step 70 (the first of the final 0.34s); it is
     # still above its start (no below_start)
     acc = [0.2, 0.3, 0.4, 0.5, 0.5, 0.45, 0.4, 0.34, 0.34, 0.34, 0.34]
     c = run(acc)
     assert (c.collapsed, c.step, c.reason) == (True, 70, "gain_lost")
     # ending at 0.36 keeps more than half the gain (0.36 > 0.35): not collapsed
     assert not run(acc[:-1] + [0.36]).collapsed
+
+
+def test_half_of_a_gain_given_back_within_noise_is_no_collapse():
+    # start 0.2, best 0.32: gain 0.12 > 3 se(0.32, 0.2) = 3 sqrt(0.2176/500 + 0.16/500) = 3 * 0.027482
+    # = 0.0824 (a real gain); end 0.255 < 0.32 - 0.06 = 0.26 gives back more than half, but only
+    # 0.32 - 0.255 = 0.065 < 3 se(0.32, 0.255) = 3 sqrt(0.2176/500 + 0.190/500) = 3 * 0.028552 = 0.0857:
+    # the best of 11 noisy evaluations sits above the plateau, so this is noise: not collapsed
+    acc = [0.2, 0.25, 0.28, 0.32, 0.29, 0.27, 0.28, 0.26, 0.27, 0.26, 0.255]
+    assert not run(acc).collapsed
+    # ending at 0.22 gives back 0.10 > 3 se(0.32, 0.22) = 3 sqrt(0.2176/500 + 0.1716/500) = 0.0837: collapsed
+    assert run(acc[:-1] + [0.22]).reason == "gain_lost"
 
 
 def test_a_noise_sized_gain_given_back_is_no_collapse():

@@ -9,7 +9,9 @@ evaluations' errors add in variance) has se(a, b) = sqrt(a (1 - a) / n + b (1 - 
 1. ``below_start``: the last evaluation e lies more than k se(s, e) below the run's start s (its first
    evaluation, the base's accuracy).
 2. ``gain_lost``: the run gained g = b - s > k se(b, s) (b its best evaluation) and gave back more than
-   ``gain_lost_frac`` (default half) of it: e < b - ``gain_lost_frac`` g.
+   ``gain_lost_frac`` (default half) of it, e < b - ``gain_lost_frac`` g, by more than noise:
+   b - e > k se(b, e). (The best of many evaluations is biased upward by their noise, so without the
+   last condition a modest real gain followed by a plateau "gives back half" on noise alone.)
 
 A rule is judged at the end of the run; its collapse step is the first evaluation of the last unbroken run
 of evaluations that meet its condition (the condition at evaluation t uses the best so far). A dip the
@@ -91,8 +93,8 @@ class CollapseRules:
             f"below_start: the run's last held-out evaluation is more than {self.k_se:g} SE below its first "
             f"({se}: sqrt(a(1-a)/n + b(1-b)/n)); collapse step = first evaluation of the final stretch below.",
             f"gain_lost: the run's best evaluation exceeded its first by more than {self.k_se:g} SE and its last "
-            f"evaluation gave back more than {self.gain_lost_frac:.0%} of that gain; collapse step = first "
-            "evaluation of the final stretch that had.",
+            f"evaluation gave back more than {self.gain_lost_frac:.0%} of that gain, and more than {self.k_se:g} SE; "
+            "collapse step = first evaluation of the final stretch that had.",
             "nonfinite_loss: loss/value is NaN or infinite at some step.",
             "status_diverged: the runner marked the trial diverged (at diverged_step, else its last step).",
         ]
@@ -152,8 +154,8 @@ def difference_se(a: np.ndarray, b: np.ndarray, n: float) -> np.ndarray:
 
 def accuracy_conditions(rules: CollapseRules, acc: np.ndarray, n: float) -> dict[str, np.ndarray]:
     """Per evaluation (E,), whether each accuracy rule's condition holds there (NaN evaluations: False):
-    below_start: s - acc > k se(s, acc); gain_lost: best - s > k se(best, s) and acc < best - frac (best - s),
-    with ``best`` the best evaluation so far and n the evaluation size."""
+    below_start: s - acc > k se(s, acc); gain_lost: best - s > k se(best, s), acc < best - frac (best - s)
+    and best - acc > k se(best, acc), with ``best`` the best evaluation so far and n the evaluation size."""
     acc = np.asarray(acc, dtype=float)
     start = acc[0]
     best = np.fmax.accumulate(acc)  # running best, ignoring NaN evaluations
@@ -162,7 +164,8 @@ def accuracy_conditions(rules: CollapseRules, acc: np.ndarray, n: float) -> dict
         return {
             "below_start": start - acc > rules.k_se * difference_se(start, acc, n),
             "gain_lost": (gain > rules.k_se * difference_se(best, start, n))
-                         & (acc < best - rules.gain_lost_frac * gain),
+                         & (acc < best - rules.gain_lost_frac * gain)
+                         & (best - acc > rules.k_se * difference_se(best, acc, n)),
         }
 
 
