@@ -5,9 +5,12 @@ Grid: 5 algorithms x 5 delays x 2 eps x 2 group sizes x S seeds (S = 10 -> 1,000
 Each size is built in a fresh child process (after the written files are synced to disk), which reports
 its wall time, its CPU time and that of its forked workers, and the peak resident memory (``ru_maxrss``)
 of itself and of its largest worker, so sizes do not share caches or memory. Target: 1,000 trials under ~5 s on an
-idle machine. Wall time depends on what else runs; CPU time less so.
+idle machine. Wall time depends on what else runs; CPU time less so, so each line also prints the load average.
 
-    python benchmarks/report_speed.py [--sizes 1000 10000] [--keep DIR]
+``--formats png png,svg --rounds 3`` builds each size's report with each figure-format list in turn (A B A B ...,
+one written suite), so a before/after pair sees the same machine load.
+
+    python benchmarks/report_speed.py [--sizes 1000 10000] [--formats png [png,svg ...]] [--rounds N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ ALGORITHMS = ("grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo")
 DELAYS = (0, 4, 8, 16, 32)
 
 
-def child(suite_dir: Path, out_dir: Path) -> None:
+def child(suite_dir: Path, out_dir: Path, formats: str) -> None:
     """Build one report in this process and print its timings as JSON (the --child mode)."""
     from harness.report import build_report, build_site
+    from harness.report.plotting import parse_formats
 
     t0, c0 = time.perf_counter(), time.process_time()
-    build_report(suite_dir, out_dir)
+    build_report(suite_dir, out_dir, parse_formats(formats))
     t1, c1 = time.perf_counter(), time.process_time()
     build_site(out_dir.parent)
     t2 = time.perf_counter()
@@ -44,7 +48,8 @@ def child(suite_dir: Path, out_dir: Path) -> None:
                       "worker_peak_rss_mib": workers.ru_maxrss / 1024}))
 
 
-def run_size(root: Path, trials: int) -> dict[str, float]:
+def write_size(root: Path, trials: int) -> tuple[Path, float]:
+    """The synthetic suite of ``trials`` trials, synced to disk, and the seconds writing it took."""
     from harness.report.synthetic import write_suite
 
     seeds = trials // (len(ALGORITHMS) * len(DELAYS) * 4)
@@ -53,10 +58,16 @@ def run_size(root: Path, trials: int) -> dict[str, float]:
                             steps=500, eval_every=25, eps=(0.2, 0.28), group_sizes=(4, 8), collapse_delay=16)
     write_s = time.perf_counter() - t0
     os.sync()  # the written files reach the disk before the clock starts: the report is timed, not the writeback
-    proc = subprocess.run([sys.executable, __file__, "--child", str(suite_dir),
-                           str(root / "reports" / f"speed{trials}")], capture_output=True, text=True,
-                          check=True, cwd=REPO)
-    return {"trials": trials, "write_s": write_s, **json.loads(proc.stdout.strip().splitlines()[-1])}
+    return suite_dir, write_s
+
+
+def run_size(root: Path, suite_dir: Path, trials: int, formats: str) -> dict[str, float]:
+    """One report of the written suite in a fresh child process: its timings, and the load average before it."""
+    load = os.getloadavg()[0]
+    out = root / "reports" / f"speed{trials}-{formats.replace(',', '-')}"
+    proc = subprocess.run([sys.executable, __file__, "--child", str(suite_dir), str(out), formats],
+                          capture_output=True, text=True, check=True, cwd=REPO)
+    return {"trials": trials, "formats": formats, "load": load, **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 def main() -> None:
@@ -64,20 +75,27 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000],
                         help="trial counts (multiples of 100), e.g. 1000 10000")
+    parser.add_argument("--formats", nargs="+", default=["png"],
+                        help="figure-format lists to build in turn, e.g. png png,svg (default: png)")
+    parser.add_argument("--rounds", type=int, default=1, help="builds of each format list per size (default 1)")
     parser.add_argument("--keep", type=Path, help="write results and reports here instead of a temp dir")
-    parser.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child)
+        child(Path(args.child[0]), Path(args.child[1]), args.child[2])
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         for trials in args.sizes:
-            r = run_size(root, trials)
-            print(f"{r['trials']} trials x 500 steps: build_report {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s "
-                  f"CPU (+ {r['workers_cpu_s']:.1f} s in worker processes), peak RSS {r['peak_rss_mib']:.0f} MiB "
-                  f"(largest worker {r['worker_peak_rss_mib']:.0f} MiB); build_site {r['site_s']:.2f} s "
-                  f"(writing the results, not timed: {r['write_s']:.0f} s)", flush=True)
+            suite_dir, write_s = write_size(root, trials)
+            print(f"{trials} trials x 500 steps written in {write_s:.0f} s (not timed)", flush=True)
+            for _ in range(args.rounds):
+                for formats in args.formats:
+                    r = run_size(root, suite_dir, trials, formats)
+                    print(f"{r['trials']} trials, --formats {r['formats']}: build_report {r['wall_s']:.1f} s wall, "
+                          f"{r['cpu_s']:.1f} s CPU (+ {r['workers_cpu_s']:.1f} s in worker processes), peak RSS "
+                          f"{r['peak_rss_mib']:.0f} MiB (largest worker {r['worker_peak_rss_mib']:.0f} MiB); "
+                          f"build_site {r['site_s']:.2f} s; load average {r['load']:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("suite", help=SUITE_HELP)
     rep.add_argument("--results", default="results")
     rep.add_argument("--out", default=None, help="output directory (default: reports/<suite>)")
+    rep.add_argument("--formats", default="png", help="figure formats, comma-separated: png (default), svg, png,svg")
+    rep.add_argument("--raw", action="store_true",
+                     help="also pack the trials' raw files (config, metrics, eval, ...) into <out>/raw.tar.gz")
+    rep.add_argument("--merge", default=None, metavar="RAW_TAR_GZ",
+                     help="rank your trials together with a committed report's raw trials (its raw.tar.gz)")
     cmp = sub.add_parser("compare", help="two suites' results side by side, with differences and their CIs")
     cmp.add_argument("a", help="results directory (or suite name) A")
     cmp.add_argument("b", help="results directory (or suite name) B")
@@ -152,10 +157,28 @@ def _cmd_run(args) -> int:
     return 0 if not counts.get("failed") else 1
 
 
-def _report(results: Path, out: Path | None) -> None:
+def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = False,
+            merge: Path | None = None) -> None:
     """Write the report and end with the paper table in the terminal, like lm-eval's closing table."""
+    import shutil
+
     from .report import build_report, closing_table
-    index = build_report(results, out)
+    from .report.plotting import parse_formats
+    kinds = parse_formats(formats)
+    merged = None
+    if merge is not None:
+        from .report.merge import merge_trials
+        merged = merge_trials(results, merge)
+        print(merged.summary(merge))
+    try:
+        source = merged.path if merged else results
+        index = build_report(source, out, kinds)
+        if raw:
+            from .archive import ARCHIVE_NAME, pack_suite
+            print(f"raw trials: {pack_suite(source, index.parent / ARCHIVE_NAME)}")
+    finally:
+        if merged:
+            shutil.rmtree(merged.path, ignore_errors=True)
     print(closing_table(index))
     print(f"report: {index}")
 
@@ -225,7 +248,8 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    _report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out))
+    _report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out), args.formats,
+            args.raw, None if args.merge is None else Path(args.merge))
     return 0
 
 

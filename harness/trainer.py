@@ -251,7 +251,8 @@ class Trainer:
         out = engine.generate([p.prompt for p in problems], n=1, temperature=0.0,
                               max_new_tokens=self.cfg.train.max_new_tokens, seed=0)
         rewards = [self.task.reward(t, p) for t, p in zip(out.texts, problems)]
-        row = {"eval/acc": sum(r >= 1.0 for r in rewards) / len(rewards), "eval/reward_mean": sum(rewards) / len(rewards),
+        row = {"eval/acc": sum(r >= 1.0 for r in rewards) / len(rewards), "eval/n": len(rewards),
+               "eval/reward_mean": sum(rewards) / len(rewards),
                "eval/len_mean": float(out.response_mask.sum(1).float().mean())}
         k = self.cfg.eval.pass_k
         if k:

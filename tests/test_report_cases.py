@@ -33,14 +33,14 @@ def suite_dir(root: Path, name: str = "cases", **report: object) -> Path:
 def trial(d: Path, tid: str, algorithm: str, delay: int, seed: int, acc: list[float],
           steps: list[int] | None = None, status: str = "completed", diverged_step: int | None = None,
           stale: list[float] | None = None, prov: dict | None = None, **params: object) -> None:
-    """One trial with the given eval curve; metrics rows 1..last step with stale/mean (default:
+    """One trial with the given eval curve (500 problems per evaluation); metrics rows 1..last step with stale/mean (default:
     min(step - 1, delay), i.e. a warm-up of `delay` steps then exactly `delay`)."""
     steps = steps or EVAL_STEPS[:len(acc)]
     last = diverged_step or steps[-1]
     stale = stale or [float(min(s - 1, delay)) for s in range(1, last + 1)]
     metrics = [{"step": s, "loss/value": 0.1, "stale/mean": st} for s, st in zip(range(1, last + 1), stale)]
     write_trial(d, {"trial_id": tid, "algorithm": algorithm, "delay": delay, "seed": seed, **params},
-                metrics, [{"step": s, "eval/acc": a} for s, a in zip(steps, acc)],
+                metrics, [{"step": s, "eval/acc": a, "eval/n": 500} for s, a in zip(steps, acc)],
                 {"status": status, "step": last, "error": None, "diverged_step": diverged_step}, prov)
 
 
@@ -109,7 +109,8 @@ def test_run_falling_from_027_to_007_is_collapsed_and_so_is_a_late_collapse(tmp_
     t = analysis(d).trials.set_index("trial_id")
     assert t.loc["falls", "collapsed"] and t.loc["falls", "collapse_reason"] == "below_start"
     assert t.loc["falls", "collapse_step"] == 40
-    assert t.loc["late", "collapsed"] and t.loc["late", "collapse_reason"] == "below_start@end"
+    # judged at the end: 0.23 - 0.1 = 0.13 > 3 se(0.23, 0.1) = 3 sqrt(0.1771/500 + 0.09/500) = 0.0693
+    assert t.loc["late", "collapsed"] and t.loc["late", "collapse_reason"] == "below_start"
     assert t.loc["late", "collapse_step"] == 150
     assert not t.loc["fine", "collapsed"]
     cell = analysis(d).cells.iloc[0]
@@ -213,9 +214,10 @@ def test_paper_table_exports_and_closing_table(tmp_path):
     assert txt == closing_table(index) == closing_table(out)
     lines = [line for line in txt.splitlines() if line.startswith(("grpo", "gmc_grpo"))]
     assert lines[0].startswith("grpo")  # the baseline's row first
-    # retained = acc@32 / acc@0: grpo (0.3 + 0.31) / 2 / ((0.5 + 0.51) / 2) = 0.305 / 0.505 = 60%
-    assert "60%" in lines[0]
-    assert "| estimator | delay 0 | delay 4 | delay 32 | retained @32 | delay AUC |" in md
+    # gain retained = (acc@32 - base) / (acc@0 - base), base = the step-0 accuracy 0.23: grpo
+    # ((0.3 + 0.31) / 2 - 0.23) / ((0.5 + 0.51) / 2 - 0.23) = 0.075 / 0.275 = 27% (acc@32 / acc@0 was 60%)
+    assert "27%" in lines[0] and "60%" not in lines[0]
+    assert "| estimator | delay 0 | delay 4 | delay 32 | gain retained @32 | delay AUC |" in md
     assert "**0.605 [" in md  # gmc_grpo's delay-0 mean is the column's best
     assert r"gmc\_grpo" in tex and r"\toprule" in tex and r"\textbf{0.605" in tex
     assert "paper_table.md" in index.read_text()
@@ -302,3 +304,42 @@ def test_rows_with_nan_infinity_or_a_damaged_line_are_read_like_the_stdlib(tmp_p
     assert bad == 0 and rows[0] == {"step": 1, "loss": 0.5} and np.isnan(rows[1]["loss"]) and rows[1]["x"] == np.inf
     path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo\n{"step": 3, "loss": 0.25}\n')
     assert trialdir.read_rows(path) == ([{"step": 1, "loss": 0.5}, {"step": 3, "loss": 0.25}], 1)
+
+
+def test_resolved_pairs_per_delay_and_kendall_tau_across_slices(tmp_path):
+    # 8 seeds; at delay 8 grpo ends at 0.300 + 0.001 s, gmc_grpo at 0.400 + 0.001 s, m2po at
+    # 0.300 + 0.001 (7 - s) (grpo's values reversed: the same mean). gmc vs grpo and gmc vs m2po separate
+    # perfectly: p = 2 / C(16, 8) = 1.554e-4 each; grpo vs m2po: p = 1. Holm over the 3 pairs: 1.554e-4 x 3
+    # = 4.66e-4 <= 0.05, 1.554e-4 x 2 -> 4.66e-4, 1 -> 1: 2 of 3 resolved. Delay 0 is one shared trial set
+    # (stands_for) and has no pair to test.
+    d = suite_dir(tmp_path)
+    for s in range(8):
+        trial(d, f"on-{s}", "grpo", 0, s, [0.23, 0.5 + 0.001 * s], stands_for=["grpo", "gmc_grpo", "m2po"])
+        for algo, acc in (("grpo", 0.3 + 0.001 * s), ("gmc_grpo", 0.4 + 0.001 * s), ("m2po", 0.3 + 0.001 * (7 - s))):
+            trial(d, f"{algo}-{s}", algo, 8, s, [0.23, acc])
+    a = analysis(d)
+    t = paper.paper_tables(a)[0]
+    assert t.resolved == [(0, 0), (2, 3)]
+    assert paper.footer(t) == ["resolved pairs", "\u2014", "2/3", "", ""]
+    assert "resolved pairs" in paper.to_text([t], "x") and "Holm-adjusted over the table's 3 pairs" in t.caption("x")
+    by_pair = {(p.a, p.b): p for p in a.pairs}
+    assert by_pair[("gmc_grpo", "grpo")].p == pytest.approx(2 / 12870)
+    assert by_pair[("gmc_grpo", "grpo")].p_holm == pytest.approx(3 * 2 / 12870)
+    assert not by_pair[("grpo", "m2po")].resolved and by_pair[("grpo", "m2po")].p == pytest.approx(1.0)
+    assert a.agreement.empty  # one slice
+
+
+def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_path):
+    # 3 seeds: the smallest p is 2 / C(6, 3) = 0.1 > 0.05, even for a perfect separation. Two slices
+    # (eps 0.1, 0.2) at the largest delay: eps=0.1 ranks gmc > grpo > m2po, eps=0.2 the reverse -> tau = -1
+    d = suite_dir(tmp_path)
+    for s in range(3):
+        for eps, values in ((0.1, (0.3, 0.4, 0.2)), (0.2, (0.3, 0.2, 0.4))):
+            for algo, acc in zip(("grpo", "gmc_grpo", "m2po"), values):
+                trial(d, f"{algo}-{eps}-{s}", algo, 8, s, [0.23, acc + 0.001 * s], eps=eps)
+    a = analysis(d)
+    assert [t.resolved for t in paper.paper_tables(a)] == [[(0, 3)], [(0, 3)]]
+    assert min(p.p for p in a.pairs) == pytest.approx(0.1)
+    row = a.agreement.iloc[0]
+    assert (row["slice_a"], row["slice_b"], row["estimators"]) == ("\u03b5=0.1", "\u03b5=0.2", 3)
+    assert row["tau"] == pytest.approx(-1.0)

@@ -53,11 +53,35 @@ def make_results(root: Path) -> Path:
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     suite = make_results(root / "results")
-    index = build_report(suite, root / "reports" / report_html.suite_slug(NAME))
+    index = build_report(suite, root / "reports" / report_html.suite_slug(NAME), formats=("png", "svg"))
     bundle = index.parent / "results.json"               # a hand-edited bundle: the site escapes its name
     bundle.write_text(json.dumps({**json.loads(bundle.read_text()), "suite": HOSTILE}))
     site = build_site(root / "reports")
     return index, site
+
+
+def test_figures_are_png_alone_by_default_and_svg_on_request(tmp_path, capsys):
+    """`stalebench report` writes every figure as a PNG; `--formats svg` as SVG alone (the page shows
+    the SVG); an unknown format is one line naming the valid ones, before anything is written."""
+    from harness.cli import main
+    suite = write_suite(tmp_path / "results", "fmt", ("grpo", "m2po"), (0, 8), (0, 1))
+    stems = ("learning_curves", "accuracy_vs_delay", "collapse_heatmap", "diagnostics_vs_step",
+             "diagnostics_vs_delay", "staleness")
+    assert main(["report", str(suite), "--out", str(tmp_path / "png")]) == 0
+    for stem in stems:
+        assert (tmp_path / "png" / f"{stem}.png").is_file() and not (tmp_path / "png" / f"{stem}.svg").exists()
+    figures = json.loads((tmp_path / "png" / "results.json").read_text())["figures"]
+    assert set(stems) <= {f["file"].removesuffix(".png") for f in figures}  # every figure kept
+    assert all(f["file"].endswith(".png") and f["svg"] == "" for f in figures)
+    assert main(["report", str(suite), "--out", str(tmp_path / "svg"), "--formats", "svg"]) == 0
+    for stem in stems:
+        assert (tmp_path / "svg" / f"{stem}.svg").is_file() and not (tmp_path / "svg" / f"{stem}.png").exists()
+    assert 'src="learning_curves.svg"' in (tmp_path / "svg" / "index.html").read_text()
+    capsys.readouterr()
+    assert main(["report", str(suite), "--out", str(tmp_path / "bad"), "--formats", "png,pdf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown: pdf" in err and "png, svg" in err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_files_exist(built):

@@ -7,6 +7,7 @@ import pandas as pd
 
 from harness import trialdir
 from harness.report.importance import delay_label, importance_figures
+from harness.report.plotting import Output
 
 LAW = json.dumps({"dist": "geometric", "p": 0.2, "max": 16, "min": 0, "mean": None}, sort_keys=True)
 
@@ -32,7 +33,7 @@ def test_figures_by_delay_and_estimator(tmp_path):
                                                                "clipped_by_position": [0, 1], "tokens_by_position": [4, 4]})
             trials.append({"trial_id": tid, "status": "completed", "algorithm": algo, "delay": delay, "slice": "",
                            "is/adv_pos_clipped_frac": 0.5})        # the trials table may hold a column of that name
-    out = importance_figures(pd.DataFrame(trials), tmp_path, tmp_path, "grpo")
+    out = importance_figures(pd.DataFrame(trials), tmp_path, Output(tmp_path, ("png", "svg")), "grpo")
     assert [f.title for f in out] == ["Importance diagnostics by delay", "Token log-ratio histograms",
                                       "Clipped tokens by position"]
     assert all((tmp_path / f.file).stat().st_size > 1000 and (tmp_path / f.svg).exists() for f in out)
@@ -43,4 +44,4 @@ def test_nothing_to_draw_without_the_diagnostics(tmp_path):
     (tmp_path / "t").mkdir()
     trialdir.append_jsonl(tmp_path / "t" / trialdir.METRICS, {"step": 1, "loss/value": 0.0})
     trials = pd.DataFrame([{"trial_id": "t", "status": "completed", "algorithm": "grpo", "delay": 0, "slice": ""}])
-    assert importance_figures(trials, tmp_path, tmp_path, "grpo") == []
+    assert importance_figures(trials, tmp_path, Output(tmp_path), "grpo") == []

@@ -1,27 +1,32 @@
 """Collapse detection: explicit, documented rules applied to one trial's curves.
 
-A trial is *collapsed* at the earliest step at which any enabled rule fires. The accuracy rules compare
-each evaluation with the run's own start (its first evaluation) and its running best:
+A trial is *collapsed* at the earliest step at which any enabled rule fires. The two accuracy rules judge
+where the run *ends* against the evaluation's own noise: an evaluation of n problems at accuracy p has the
+binomial standard error sqrt(p (1 - p) / n), and the difference of two evaluations a and b (independent
+evaluations' errors add in variance) has se(a, b) = sqrt(a (1 - a) / n + b (1 - b) / n). With k = ``k_se``
+(default 3):
 
-1. ``below_start``: accuracy below the start by more than ``start_margin``.
-2. ``gain_lost``: accuracy has lost more than ``gain_lost_frac`` of the gain made so far (running best
-   minus start), once that gain is at least ``min_gain`` (smaller gains are noise).
-3. ``accuracy_drop``: accuracy more than ``drop_points`` below the running best (absolute).
+1. ``below_start``: the last evaluation e lies more than k se(s, e) below the run's start s (its first
+   evaluation, the base's accuracy).
+2. ``gain_lost``: the run gained g = b - s > k se(b, s) (b its best evaluation) and gave back more than
+   ``gain_lost_frac`` (default half) of it, e < b - ``gain_lost_frac`` g, by more than noise:
+   b - e > k se(b, e). (The best of many evaluations is biased upward by their noise, so without the
+   last condition a modest real gain followed by a plateau "gives back half" on noise alone.)
 
-An accuracy rule fires when its condition holds for ``patience`` consecutive evaluations, or for the
-last ``end_patience`` (or more) evaluations of the run: a collapse at the end of the run counts even
-when too few evaluations remain for a full streak. The collapse step is the first evaluation of the
-streak (reason suffixed ``@end`` when only the end-of-run streak fired).
+A rule is judged at the end of the run; its collapse step is the first evaluation of the last unbroken run
+of evaluations that meet its condition (the condition at evaluation t uses the best so far). A dip the
+run recovers from is not a collapse. A trial whose evaluation size is unknown (neither ``eval/n`` in
+eval.jsonl nor an eval size in config.yaml) is not judged by these two rules.
 
-4. ``nonfinite_loss``: ``loss/value`` is NaN or +-inf at some step.
-5. ``status_diverged``: the runner marked the trial ``diverged`` (at ``diverged_step``, else at its last
+3. ``nonfinite_loss``: ``loss/value`` is NaN or +-inf at some step.
+4. ``status_diverged``: the runner marked the trial ``diverged`` (at ``diverged_step``, else at its last
    step).
-6. ``entropy``: ``policy/entropy`` lies outside [``entropy_min``, ``entropy_max``] for ``patience``
+5. ``entropy``: ``policy/entropy`` lies outside [``entropy_min``, ``entropy_max``] for ``patience``
    consecutive steps (off by default: 0 .. inf); the collapse step is the first step of the streak.
-7. ``ratio_max``: ``is/ratio_max`` exceeds ``ratio_max_bound`` at some step (off by default: None).
+6. ``ratio_max``: ``is/ratio_max`` exceeds ``ratio_max_bound`` at some step (off by default: None).
 
 Rules are set per suite in suite.yaml under ``report: {collapse: {...}}`` (see ``CollapseRules``);
-docs/report.md explains the defaults.
+docs/report.md explains the defaults and why k = 3.
 """
 
 from __future__ import annotations
@@ -34,32 +39,27 @@ from typing import Any
 import numpy as np
 
 
+REPLACED_KEYS = ("start_margin", "min_gain", "drop_points", "end_patience")  # the fixed-margin rules before
+
+
 @dataclass(frozen=True)
 class CollapseRules:
     """Thresholds of the collapse rules (module docstring). Defaults are the report's standard rules."""
 
-    start_margin: float = 0.05  # below_start: accuracy this far below the first evaluation (0..1 units)
-    gain_lost_frac: float = 0.5  # gain_lost: fraction of (running best - start) lost
-    min_gain: float = 0.1  # gain_lost applies once running best - start reaches this
-    drop_points: float = 0.2  # accuracy_drop: drop below the running best, in accuracy units (0..1)
-    patience: int = 3  # consecutive evaluations (accuracy) or steps (entropy) a rule must hold
-    end_patience: int = 2  # ... or this many evaluations at the end of the run (accuracy rules)
+    k_se: float = 3.0  # below_start / gain_lost: how many standard errors of the evaluation count
+    gain_lost_frac: float = 0.5  # gain_lost: fraction of the gain (best - start) given back
+    patience: int = 3  # entropy: consecutive steps the rule must hold
     entropy_min: float = 0.0  # policy/entropy below this counts as collapse (0 = off)
     entropy_max: float = math.inf  # policy/entropy above this counts as collapse (inf = off)
     ratio_max_bound: float | None = None  # is/ratio_max above this is collapse (None = off)
 
     def __post_init__(self) -> None:
-        for name in ("drop_points", "min_gain"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"collapse.{name} must be > 0, got {getattr(self, name)!r}")
-        if not self.start_margin >= 0:
-            raise ValueError(f"collapse.start_margin must be >= 0, got {self.start_margin!r}")
+        if not self.k_se > 0:
+            raise ValueError(f"collapse.k_se must be > 0, got {self.k_se!r}")
         if not 0 < self.gain_lost_frac <= 1:
             raise ValueError(f"collapse.gain_lost_frac must be in (0, 1], got {self.gain_lost_frac!r}")
-        for name in ("patience", "end_patience"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"collapse.{name} must be an integer >= 1, got {value!r}")
+        if not (isinstance(self.patience, int) and self.patience >= 1):
+            raise ValueError(f"collapse.patience must be an integer >= 1, got {self.patience!r}")
         if not self.entropy_min <= self.entropy_max:
             raise ValueError(
                 f"collapse.entropy_min ({self.entropy_min}) must be <= entropy_max ({self.entropy_max})"
@@ -74,7 +74,10 @@ class CollapseRules:
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(valid))
         if unknown:
-            raise ValueError(f"unknown collapse rule key(s) {unknown}; valid keys: {valid}")
+            old = sorted(set(unknown) & set(REPLACED_KEYS))
+            why = (f" ({', '.join(old)}: the fixed-margin accuracy rules were replaced by rules in standard "
+                   "errors of the evaluation, set by k_se; docs/report.md)") if old else ""
+            raise ValueError(f"unknown collapse rule key(s) {unknown}; valid keys: {valid}{why}")
         if "entropy_max" in data and data["entropy_max"] is None:
             data["entropy_max"] = math.inf
         for key, value in data.items():
@@ -85,15 +88,13 @@ class CollapseRules:
 
     def describe(self) -> list[str]:
         """One plain-text sentence per rule, saying whether it is on and with which threshold."""
-        streak = (f"for {self.patience} consecutive evaluations, or for the last {self.end_patience} or "
-                  f"more evaluations of the run (collapse step = first evaluation of the streak)")
+        se = "SE = the binomial standard error of the difference of two evaluations of n problems"
         lines = [
-            f"below_start: held-out accuracy more than {self.start_margin:g} below the run's first "
-            f"evaluation, {streak}.",
-            f"gain_lost: held-out accuracy has lost more than {self.gain_lost_frac:.0%} of its gain (running "
-            f"best minus first evaluation, once that gain is at least {self.min_gain:g}), {streak}.",
-            f"accuracy_drop: held-out accuracy more than {self.drop_points:g} below its running best, "
-            f"{streak}.",
+            f"below_start: the run's last held-out evaluation is more than {self.k_se:g} SE below its first "
+            f"({se}: sqrt(a(1-a)/n + b(1-b)/n)); collapse step = first evaluation of the final stretch below.",
+            f"gain_lost: the run's best evaluation exceeded its first by more than {self.k_se:g} SE and its last "
+            f"evaluation gave back more than {self.gain_lost_frac:.0%} of that gain, and more than {self.k_se:g} SE; "
+            "collapse step = first evaluation of the final stretch that had.",
             "nonfinite_loss: loss/value is NaN or infinite at some step.",
             "status_diverged: the runner marked the trial diverged (at diverged_step, else its last step).",
         ]
@@ -139,35 +140,48 @@ def tail_streak_start(mask: np.ndarray, min_length: int) -> int | None:
     return start if mask.size - start >= min_length and start < mask.size else None
 
 
-def accuracy_conditions(rules: CollapseRules, acc: np.ndarray) -> dict[str, np.ndarray]:
-    """Per evaluation (E,), whether each accuracy rule's condition holds (NaN evaluations: False)."""
+def binomial_se(p: np.ndarray, n: float) -> np.ndarray:
+    """sqrt(p (1 - p) / n), the standard error of an accuracy p measured on n problems; p is clipped to
+    [1/(2n), 1 - 1/(2n)] so that an accuracy of exactly 0 or 1 still has an error (half a problem)."""
+    q = np.clip(np.asarray(p, dtype=float), 0.5 / n, 1 - 0.5 / n)
+    return np.sqrt(q * (1 - q) / n)
+
+
+def difference_se(a: np.ndarray, b: np.ndarray, n: float) -> np.ndarray:
+    """Standard error of the difference of two independent evaluations a and b of n problems each."""
+    return np.hypot(binomial_se(a, n), binomial_se(b, n))
+
+
+def accuracy_conditions(rules: CollapseRules, acc: np.ndarray, n: float) -> dict[str, np.ndarray]:
+    """Per evaluation (E,), whether each accuracy rule's condition holds there (NaN evaluations: False):
+    below_start: s - acc > k se(s, acc); gain_lost: best - s > k se(best, s), acc < best - frac (best - s)
+    and best - acc > k se(best, acc), with ``best`` the best evaluation so far and n the evaluation size."""
     acc = np.asarray(acc, dtype=float)
     start = acc[0]
     best = np.fmax.accumulate(acc)  # running best, ignoring NaN evaluations
     gain = best - start
     with np.errstate(invalid="ignore"):
         return {
-            "below_start": acc < start - rules.start_margin,
-            "gain_lost": (gain >= rules.min_gain) & (acc < best - rules.gain_lost_frac * gain),
-            "accuracy_drop": acc < best - rules.drop_points,
+            "below_start": start - acc > rules.k_se * difference_se(start, acc, n),
+            "gain_lost": (gain > rules.k_se * difference_se(best, start, n))
+                         & (acc < best - rules.gain_lost_frac * gain)
+                         & (best - acc > rules.k_se * difference_se(best, acc, n)),
         }
 
 
-def _accuracy_candidates(rules: CollapseRules, eval_steps: np.ndarray, acc: np.ndarray
+def _accuracy_candidates(rules: CollapseRules, eval_steps: np.ndarray, acc: np.ndarray, n: float | None
                          ) -> list[tuple[int, str]]:
-    """(collapse step, reason) of each accuracy rule that fires: a ``patience`` streak anywhere or an
-    ``end_patience`` streak that lasts to the last evaluation (reason suffixed ``@end``)."""
+    """(collapse step, reason) of each accuracy rule whose condition holds at the last evaluation: the
+    step is the first evaluation of the unbroken stretch of evaluations that reaches the end."""
+    keep = ~np.isnan(acc)
+    eval_steps, acc = eval_steps[keep], acc[keep]
+    if acc.size < 2 or n is None or not n >= 1:
+        return []
     out = []
-    if acc.size == 0 or np.isnan(acc[0]):
-        return out
-    for name, mask in accuracy_conditions(rules, acc).items():
-        i = first_streak_start(mask, rules.patience)
+    for name, mask in accuracy_conditions(rules, acc, float(n)).items():
+        i = tail_streak_start(mask, 1)
         if i is not None:
             out.append((int(eval_steps[i]), name))
-            continue
-        i = tail_streak_start(mask, rules.end_patience)
-        if i is not None:
-            out.append((int(eval_steps[i]), f"{name}@end"))
     return out
 
 
@@ -182,15 +196,16 @@ def detect_collapse(
     status: str,
     diverged_step: int | None = None,
     last_step: int | None = None,
+    eval_size: float | None = None,
 ) -> Collapse:
     """Apply ``rules`` to one trial.
 
     ``eval_steps``/``acc``: the eval curve (E,). ``metric_steps``/``nonfinite_loss``/``entropy``/
     ``ratio_max``: per-step metrics (S,), NaN where a metric was not logged; ``nonfinite_loss`` is True
     where ``loss/value`` was logged as NaN or +-inf. ``status``/``diverged_step``/``last_step`` come
-    from status.json.
+    from status.json; ``eval_size``: problems per evaluation (None: the accuracy rules are not judged).
     """
-    candidates = _accuracy_candidates(rules, np.asarray(eval_steps), np.asarray(acc, dtype=float))
+    candidates = _accuracy_candidates(rules, np.asarray(eval_steps), np.asarray(acc, dtype=float), eval_size)
     bad = np.flatnonzero(np.asarray(nonfinite_loss, dtype=bool))
     if bad.size:
         candidates.append((int(metric_steps[bad[0]]), "nonfinite_loss"))

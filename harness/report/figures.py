@@ -1,12 +1,12 @@
 """Report figures: learning curves, accuracy vs delay, collapse-rate heatmap, estimator diagnostics,
 realized staleness (and survival curves when they say something).
 
-Each function draws from the frames of ``tables`` (never one figure per trial), writes a PNG and an SVG
-into ``out_dir`` and returns a ``FigureOut`` whose caption says what is shown and over how many seeds, or
-None when the suite has nothing to show. How they look (facets, styles, legend, margins, files) is
-``plotting.py``'s; ``FigureOut``, ``PlotData`` and ``estimator_style`` are re-exported from it. Only
-finished trials are drawn; diverged trials as scored (accuracy 0 from the divergence on;
-``tables.scored_curve``).
+Each function draws from the frames of ``tables`` (never one figure per trial), writes its files into
+``out`` (``plotting.Output``: PNG by default, SVG on request) and returns a ``FigureOut`` whose caption
+says what is shown and over how many seeds, or None when the suite has nothing to show. How they look
+(facets, styles, legend, margins, files) is ``plotting.py``'s; ``FigureOut``, ``PlotData`` and
+``estimator_style`` are re-exported from it. Only finished trials are drawn; diverged trials as scored
+(accuracy 0 from the divergence on; ``tables.scored_curve``).
 
 Delay axes are log2 of (1 + delay), labelled with the delays, so delay 0 shows and 0 / 4 do not overlap.
 """
@@ -14,7 +14,6 @@ Delay axes are log2 of (1 + delay), labelled with the delays, so delay 0 shows a
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -27,14 +26,14 @@ import seaborn as sns
 from harness.report import collapse as col
 from harness.report import stats
 from harness.report.load import ACC_KEY
-from harness.report.plotting import (PANEL_IN, WRAP, FigureOut, PlotData, autoscaled, estimator_style, facet_grid,  # noqa: F401
+from harness.report.plotting import (PANEL_IN, WRAP, FigureOut, Output, PlotData, autoscaled, estimator_style, facet_grid,  # noqa: F401
                                      facet_titles, log2_delay_axis, low_note, save, seed_range, shared_legend,
                                      wrapped_grid)
 from harness.report.render import show
 from harness.report.tables import _sort_key, axis_name
 
 
-def learning_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
+def learning_curves(d: PlotData, out: Output) -> FigureOut | None:
     """Held-out accuracy vs step: mean over seeds, band min..max over seeds; panels delay x slice."""
     if d.done.empty or d.evals.empty:
         return None
@@ -53,7 +52,7 @@ def learning_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
     g.map_dataframe(draw)
     facet_titles(g, facet_delay=True)
     g.set_axis_labels("step", "held-out accuracy")
-    png, svg = save(g, out_dir, "learning_curves", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
+    png, svg = save(g, out, "learning_curves", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
     seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
     return FigureOut(png, "Learning curves",
                      f"Held-out accuracy (eval/acc) vs step, one panel per delay (columns) and slice "
@@ -62,7 +61,7 @@ def learning_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
                      f"divergence on).{low_note(seeds)}", svg)
 
 
-def accuracy_vs_delay(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> FigureOut | None:
+def accuracy_vs_delay(cells: pd.DataFrame, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy (IQM, or mean below 5 seeds) vs delay per estimator, band = 95% interval; one
     panel per slice (wrapped); hollow markers = fewer than 5 seeds."""
     cells = cells[(cells["seeds"] > 0) & cells["delay"].notna()].copy()
@@ -88,7 +87,7 @@ def accuracy_vs_delay(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> Figure
     g.map_dataframe(draw)
     facet_titles(g, facet_delay=False)
     g.set_axis_labels("delay (log2 scale)", "final accuracy")
-    png, svg = save(g, out_dir, "accuracy_vs_delay", shared_legend(g, d))
+    png, svg = save(g, out, "accuracy_vs_delay", shared_legend(g, d))
     return FigureOut(png, "Accuracy vs delay",
                      f"Final held-out accuracy vs configured delay on a log2(1 + delay) axis, one panel per "
                      f"slice, one line per estimator: IQM over seeds with a 95% bootstrap band, or with "
@@ -97,7 +96,7 @@ def accuracy_vs_delay(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> Figure
                      f"{low_note(cells['seeds'])}", svg)
 
 
-def collapse_heatmap(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> FigureOut | None:
+def collapse_heatmap(cells: pd.DataFrame, d: PlotData, out: Output) -> FigureOut | None:
     """Collapse rate per estimator (rows) x delay (columns), annotated K/N; one panel per slice."""
     cells = cells[(cells["seeds"] > 0) & cells["delay"].notna()].copy()
     if cells.empty:
@@ -120,7 +119,7 @@ def collapse_heatmap(cells: pd.DataFrame, d: PlotData, out_dir: Path) -> FigureO
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels("delay", "")
     left = 0.3 + 0.075 * max(len(r) for r in rows)
-    png, svg = save(g, out_dir, "collapse_heatmap", left=left)
+    png, svg = save(g, out, "collapse_heatmap", left=left)
     return FigureOut(png, "Collapse rate",
                      f"Fraction of finished seeds that collapsed (colour 0..1, text K/N) per estimator and "
                      f"delay, one panel per slice ({seed_range(cells['seeds'])} per cell). The collapse "
@@ -146,7 +145,7 @@ def _heat(ax: plt.Axes, values: np.ndarray, text: list[list[str]], xlabels: list
         spine.set_visible(False)
 
 
-def survival_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
+def survival_curves(d: PlotData, out: Output) -> FigureOut | None:
     """Fraction of seeds not yet collapsed vs step; drawn only when it says something: some line has
     at least MIN_CONFIDENT_SEEDS seeds and some seed collapsed."""
     seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
@@ -170,7 +169,7 @@ def survival_curves(d: PlotData, out_dir: Path) -> FigureOut | None:
     g.map_dataframe(draw)
     facet_titles(g, facet_delay=True)
     g.set_axis_labels("step", "fraction not collapsed")
-    png, svg = save(g, out_dir, "survival", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
+    png, svg = save(g, out, "survival", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
     return FigureOut(png, "Survival curves (secondary)",
                      f"Fraction of seeds not yet collapsed vs step, one panel per delay and slice "
                      f"({seed_range(seeds)} per line). Secondary to the collapse-rate heatmap.", svg)
@@ -191,7 +190,7 @@ def _binned(m: pd.DataFrame, keys: list[str], bins: int = 60) -> pd.DataFrame:
     return m.groupby(["algorithm", "step"], observed=True)[keys].mean().reset_index()
 
 
-def diagnostics_vs_step(d: PlotData, out_dir: Path) -> FigureOut | None:
+def diagnostics_vs_step(d: PlotData, out: Output) -> FigureOut | None:
     """Each estimator diagnostic vs step at the largest delay, mean over seeds and slices, one panel
     per metric (wrapped)."""
     if not d.diagnostics or d.done.empty:
@@ -211,7 +210,7 @@ def diagnostics_vs_step(d: PlotData, out_dir: Path) -> FigureOut | None:
     if not metrics:
         return None
 
-    png, svg = _metric_panels(long, metrics, d, out_dir, "diagnostics_vs_step", "step",
+    png, svg = _metric_panels(long, metrics, d, out, "diagnostics_vs_step", "step",
                               lambda g: g["step"], {"ms": 3, "markevery": 0.25})
     return FigureOut(png, "Estimator diagnostics vs step",
                      f"Estimator diagnostics logged in metrics.jsonl ({', '.join(metrics)}) vs step at the "
@@ -220,7 +219,7 @@ def diagnostics_vs_step(d: PlotData, out_dir: Path) -> FigureOut | None:
                      f"log scale.", svg)
 
 
-def _metric_panels(long: pd.DataFrame, metrics: list[str], d: PlotData, out_dir: Path, stem: str, xlabel: str,
+def _metric_panels(long: pd.DataFrame, metrics: list[str], d: PlotData, out: Output, stem: str, xlabel: str,
                    x: Callable[[pd.DataFrame], Any], marker: dict[str, Any],
                    decorate: Callable[[plt.Axes], None] | None = None) -> tuple[str, str]:
     """One panel per diagnostic of ``long`` (algorithm, metric, value, ...), one line per estimator at
@@ -239,10 +238,10 @@ def _metric_panels(long: pd.DataFrame, metrics: list[str], d: PlotData, out_dir:
     g.map_dataframe(draw)
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels(xlabel, "")
-    return save(g, out_dir, stem, shared_legend(g, d, [n for n in d.hue_order if n in set(long["algorithm"])]))
+    return save(g, out, stem, shared_legend(g, d, [n for n in d.hue_order if n in set(long["algorithm"])]))
 
 
-def diagnostics_vs_delay(d: PlotData, out_dir: Path) -> FigureOut | None:
+def diagnostics_vs_delay(d: PlotData, out: Output) -> FigureOut | None:
     """Each diagnostic's after-warm-up mean per trial, averaged over seeds and slices, vs delay."""
     metrics = [k for k in d.diagnostics if k in d.done and d.done[k].notna().any()]
     if not metrics or len(d.delays) < 2:
@@ -251,7 +250,7 @@ def diagnostics_vs_delay(d: PlotData, out_dir: Path) -> FigureOut | None:
     long = agg.melt(["algorithm", "delay"], var_name="metric", value_name="value").dropna(subset=["value"])
 
     long = long.sort_values("delay")
-    png, svg = _metric_panels(long, metrics, d, out_dir, "diagnostics_vs_delay", "delay (log2 scale)",
+    png, svg = _metric_panels(long, metrics, d, out, "diagnostics_vs_delay", "delay (log2 scale)",
                               lambda g: 1 + g["delay"], {"ms": 4},
                               decorate=lambda ax: log2_delay_axis(ax, d.delays))
     return FigureOut(png, "Estimator diagnostics vs delay",
@@ -259,7 +258,7 @@ def diagnostics_vs_delay(d: PlotData, out_dir: Path) -> FigureOut | None:
                      "then the mean over seeds and slices, vs configured delay on a log2(1 + delay) axis.", svg)
 
 
-def heatmap(axis: str, d: PlotData, out_dir: Path) -> FigureOut | None:
+def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy (IQM over seeds) over delay x ``axis``, one panel per estimator, pooled over other
     keys; axis values in numeric order."""
     if axis not in d.other or len(d.delays) < 2:
@@ -281,7 +280,7 @@ def heatmap(axis: str, d: PlotData, out_dir: Path) -> FigureOut | None:
     g.map_dataframe(draw)
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels(axis_name(axis), "delay")
-    png, svg = save(g, out_dir, f"heatmap_delay_{axis}")
+    png, svg = save(g, out, f"heatmap_delay_{axis}")
     counts = grouped.size()
     note = f", pooled over {', '.join(axis_name(k) for k in pooled)}" if pooled else ""
     return FigureOut(png, f"Heatmap: delay x {axis_name(axis)}",
@@ -290,7 +289,7 @@ def heatmap(axis: str, d: PlotData, out_dir: Path) -> FigureOut | None:
                      f"({seed_range(counts)} per cell).", svg)
 
 
-def staleness(trials: pd.DataFrame, metrics: pd.DataFrame, out_dir: Path) -> FigureOut | None:
+def staleness(trials: pd.DataFrame, metrics: pd.DataFrame, out: Output) -> FigureOut | None:
     """Realized staleness (stale/mean) vs step, averaged over trials per configured delay."""
     delay_of = trials.loc[trials["has_params"]].set_index("trial_id")["delay"]
     m = metrics[["trial_id", "step", "stale/mean"]].dropna()
@@ -310,7 +309,7 @@ def staleness(trials: pd.DataFrame, metrics: pd.DataFrame, out_dir: Path) -> Fig
     ax.set_ylabel("stale/mean (steps)")
     ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.subplots_adjust(left=0.12, right=0.7, bottom=0.18, top=0.95)
-    png, svg = save(fig, out_dir, "staleness")
+    png, svg = save(fig, out, "staleness")
     return FigureOut(png, "Realized staleness",
                      "Realized staleness stale/mean vs step, averaged over all trials (any status) of each "
                      "configured delay; dashed lines mark the configured delay. The first `delay` steps are "

@@ -1,6 +1,7 @@
 """Build a suite's HTML report (``build_report``) and the leaderboard site over all suites (``build_site``).
 
-Output of ``build_report`` in ``reports/<suite>/``: index.html, a PNG and an SVG per figure, results.json
+Output of ``build_report`` in ``reports/<suite>/``: index.html, a PNG per figure (and an SVG with
+``formats=("png", "svg")``), results.json
 (a versioned bundle, ``schema_version`` 2), leaderboard.csv / cells.csv / trials.csv, and the paper table
 as paper_table.md / .tex / .txt (``paper.closing_table`` returns the .txt for the CLI). Templates are
 Jinja2 with autoescaping on: every string from results files (suite name, notes, algorithm names,
@@ -108,28 +109,31 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return _jsonable(df.to_dict(orient="records"))
 
 
-def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
+def build_report(results_dir: Path, out_dir: Path | None = None,
+                 formats: tuple[str, ...] = ("png",)) -> Path:
     """Write the report of ``results_dir`` (results/<suite>) and return the path of its index.html.
 
-    ``out_dir`` defaults to ``reports/<suite>`` (the suite name made filesystem-safe). Raises
-    ValueError for a missing results dir, one without suite.yaml, or one without trials.
+    ``out_dir`` defaults to ``reports/<suite>`` (the suite name made filesystem-safe); every figure is
+    written in each of ``formats`` (``plotting.FORMATS``; PNG alone by default). Raises ValueError for a
+    missing results dir, one without suite.yaml, or one without trials.
     """
     res = load_results(Path(results_dir))
     out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
+    figures_out = fig.Output(out_dir, tuple(formats))
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
     figures = _draw_figures({  # in page order
-        "accuracy": partial(fig.accuracy_vs_delay, a.cells, plot, out_dir),
-        "learning": partial(fig.learning_curves, plot, out_dir),
-        "collapse": partial(fig.collapse_heatmap, a.cells, plot, out_dir),
-        "diagnostics": partial(fig.diagnostics_vs_step, plot, out_dir),
-        "diagnostics_delay": partial(fig.diagnostics_vs_delay, plot, out_dir),
-        "eps": partial(fig.heatmap, "eps", plot, out_dir),
-        "group_size": partial(fig.heatmap, "group_size", plot, out_dir),
-        "survival": partial(fig.survival_curves, plot, out_dir),
-        "staleness": partial(fig.staleness, a.trials, res.metrics, out_dir)})
-    figures += importance.importance_figures(a.cell_trials, res.path, out_dir, res.settings.baseline)
+        "accuracy": partial(fig.accuracy_vs_delay, a.cells, plot, figures_out),
+        "learning": partial(fig.learning_curves, plot, figures_out),
+        "collapse": partial(fig.collapse_heatmap, a.cells, plot, figures_out),
+        "diagnostics": partial(fig.diagnostics_vs_step, plot, figures_out),
+        "diagnostics_delay": partial(fig.diagnostics_vs_delay, plot, figures_out),
+        "eps": partial(fig.heatmap, "eps", plot, figures_out),
+        "group_size": partial(fig.heatmap, "group_size", plot, figures_out),
+        "survival": partial(fig.survival_curves, plot, figures_out),
+        "staleness": partial(fig.staleness, a.trials, res.metrics, figures_out)})
+    figures += importance.importance_figures(a.cell_trials, res.path, figures_out, res.settings.baseline)
     extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
@@ -154,6 +158,8 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> Path:
         "trials": _records(a.trials),
         "staleness": _records(a.staleness),
         "paper_tables": [asdict(t) for t in papers],
+        "pair_tests": [asdict(t) for t in a.pairs],
+        "ranking_agreement": _records(a.agreement),
         "figures": [asdict(f) for f in figures],
         "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,
                        "missing": prov.n_missing, "started_utc": prov.started},
@@ -207,7 +213,11 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
         "warnings": prov.warnings + alarms,
         "low_confidence": low,
         "min_seeds": stats.MIN_CONFIDENT_SEEDS,
+        "agreement": [{"a": r["slice_a"], "b": r["slice_b"], "n": r["estimators"],
+                       "tau": "—" if not np.isfinite(r["tau"]) else f"{r['tau']:.2f}"}
+                      for r in a.agreement.to_dict("records")],
         "papers": [{"caption": t.caption(res.name), "header": paper.header(t), "rows": paper.text_rows(t),
+                    "footer": paper.footer(t),
                     "best": [[bool(c and c.best) for c in r.cells] for r in t.rows]} for t in papers],
         "exports": exports,
         "docs_url": DOCS_URL,

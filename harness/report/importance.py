@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness import trialdir
-from harness.report.plotting import FigureOut, estimator_style
+from harness.report.plotting import FigureOut, Output, estimator_style, save
 from harness.report.tables import FINISHED, _sort_key
 
 SCALARS = (("is/log_ratio_q99", "log ρ, 99% quantile"), ("is/log_ratio_q01", "log ρ, 1% quantile"),
@@ -78,7 +78,7 @@ def _layout(done: pd.DataFrame) -> tuple[list[str], list[Any], dict[Any, str]]:
     return slices, delays, {d: delay_label(d) for d in delays}
 
 
-def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out_dir: Path, baseline: str) -> list[FigureOut]:
+def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out: Output, baseline: str) -> list[FigureOut]:
     """The three figures (scalars by delay, log ρ histograms, clipped fraction by position), or []."""
     done = cell_trials[cell_trials["status"].isin(FINISHED)].copy()
     if done.empty:
@@ -90,9 +90,9 @@ def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out_dir: Pa
     if not keys:
         return []
     styles = estimator_style(list(done["algorithm"].astype(str).unique()), baseline)
-    out = [_scalars_by_delay(done, keys, styles, out_dir)]
+    out = [_scalars_by_delay(done, keys, styles, out)]
     if hists:
-        out += [_histograms(done, hists, styles, out_dir), _by_position(done, hists, styles, out_dir)]
+        out += [_histograms(done, hists, styles, out), _by_position(done, hists, styles, out)]
     return [f for f in out if f is not None]
 
 
@@ -102,18 +102,14 @@ def _grid(n_rows: int, n_cols: int, sharey: str | bool = False) -> tuple[plt.Fig
     return fig, axes
 
 
-def _finish(fig: plt.Figure, axes: np.ndarray, styles: dict, out_dir: Path, stem: str) -> tuple[str, str]:
+def _finish(fig: plt.Figure, axes: np.ndarray, styles: dict, out: Output, stem: str) -> tuple[str, str]:
     handles = [plt.Line2D([], [], color=s.colour, marker=s.marker, label=n) for n, s in styles.items()]
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), frameon=False, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
-    png, svg = f"{stem}.png", f"{stem}.svg"
-    fig.savefig(Path(out_dir) / png, dpi=110)
-    fig.savefig(Path(out_dir) / svg)
-    plt.close(fig)
-    return png, svg
+    return save(fig, out, stem)
 
 
-def _scalars_by_delay(done: pd.DataFrame, keys: list[tuple[str, str]], styles: dict, out_dir: Path) -> FigureOut:
+def _scalars_by_delay(done: pd.DataFrame, keys: list[tuple[str, str]], styles: dict, out: Output) -> FigureOut:
     slices, delays, labels = _layout(done)
     fig, axes = _grid(len(slices), len(keys), sharey="col")      # a column compares the slices
     x = {d: i for i, d in enumerate(delays)}
@@ -132,7 +128,7 @@ def _scalars_by_delay(done: pd.DataFrame, keys: list[tuple[str, str]], styles: d
             ax.tick_params(labelsize=7)
             if c == 0:
                 ax.set_ylabel(str(sl) or "all", fontsize=7)
-    png, svg = _finish(fig, axes, styles, out_dir, "importance_by_delay")
+    png, svg = _finish(fig, axes, styles, out, "importance_by_delay")
     seeds = done.groupby(["slice", "delay", "algorithm"]).size()
     return FigureOut(png, "Importance diagnostics by delay",
                      f"Per-token importance diagnostics (docs/metrics.md) by delay (x; a law or a replayed trace "
@@ -142,7 +138,7 @@ def _scalars_by_delay(done: pd.DataFrame, keys: list[tuple[str, str]], styles: d
                      f"whatever the estimator does there.", svg)
 
 
-def _histograms(done: pd.DataFrame, hists: dict, styles: dict, out_dir: Path) -> FigureOut | None:
+def _histograms(done: pd.DataFrame, hists: dict, styles: dict, out: Output) -> FigureOut | None:
     slices, delays, labels = _layout(done)
     HIST_LOW, HIST_HIGH, HIST_BINS = trialdir.HIST_LOW, trialdir.HIST_HIGH, trialdir.HIST_BINS
     centers = HIST_LOW + (np.arange(HIST_BINS) + 0.5) * (HIST_HIGH - HIST_LOW) / HIST_BINS
@@ -159,14 +155,14 @@ def _histograms(done: pd.DataFrame, hists: dict, styles: dict, out_dir: Path) ->
             ax.set_xlim(-2, 2)
             ax.set_title(f"delay {labels[d]}" + (f"\n{sl}" if sl else ""), fontsize=7)
             ax.tick_params(labelsize=7)
-    png, svg = _finish(fig, axes, styles, out_dir, "importance_log_ratio_hist")
+    png, svg = _finish(fig, axes, styles, out, "importance_log_ratio_hist")
     return FigureOut(png, "Token log-ratio histograms",
                      "Share of response tokens per log ρ bin (width 0.1; log scale; tokens beyond ±4 are counted "
                      "but not drawn), summed over the second half of each trial's steps and over seeds, one panel "
                      "per delay (columns) and slice (rows), one line per estimator (is_hist.jsonl).", svg)
 
 
-def _by_position(done: pd.DataFrame, hists: dict, styles: dict, out_dir: Path) -> FigureOut | None:
+def _by_position(done: pd.DataFrame, hists: dict, styles: dict, out: Output) -> FigureOut | None:
     slices, delays, labels = _layout(done)
     fig, axes = _grid(len(slices), len(delays))
     for r, sl in enumerate(slices):
@@ -183,7 +179,7 @@ def _by_position(done: pd.DataFrame, hists: dict, styles: dict, out_dir: Path) -
             ax.set_title(f"delay {labels[d]}" + (f"\n{sl}" if sl else ""), fontsize=7)
             ax.set_xlabel("response position", fontsize=7)
             ax.tick_params(labelsize=7)
-    png, svg = _finish(fig, axes, styles, out_dir, "importance_clipped_by_position")
+    png, svg = _finish(fig, axes, styles, out, "importance_clipped_by_position")
     return FigureOut(png, "Clipped tokens by position",
                      "Fraction of response tokens at each position where the PPO clip at ε stops the gradient, "
                      "over the second half of each trial's steps and over seeds, one panel per delay and slice, "

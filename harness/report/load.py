@@ -44,6 +44,7 @@ DIAGNOSTIC_KEYS = ("is/ess_frac", "is/ratio_max", "policy/kl_behavior")  # plus 
 PARALLEL_TRIALS = 100  # from this many trials on, they are read in forked workers (parallel.fork_map)
 LOSS_KEY = "loss/value"
 ACC_KEY = "eval/acc"
+EVAL_N_KEY = "eval/n"  # problems per evaluation (the collapse rules' standard errors); else from config.yaml
 LIST_PARAMS = ("ignored", "stands_for")  # reserved list-valued params.json keys (not grid axes)
 RESERVED_PARAMS = ("trial_id", "seed", *LIST_PARAMS)  # params.json keys that do not define a cell
 CELL_AXES = ("algorithm", "delay")  # the two cell keys every report is organised by
@@ -204,7 +205,23 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
     }
     for key in LIST_PARAMS:
         row.setdefault(key, ())
-    return row, _curve(metric_rows, _metric_keys(metric_rows)), _curve(eval_rows, (ACC_KEY,)), prov
+    evals = _curve(eval_rows, (ACC_KEY, EVAL_N_KEY))
+    row["eval_size"] = _eval_size(evals.pop(EVAL_N_KEY), trial_dir)
+    return row, _curve(metric_rows, _metric_keys(metric_rows)), evals, prov
+
+
+def _eval_size(logged: np.ndarray, trial_dir: Path) -> float:
+    """Problems per evaluation: the last ``eval/n`` the trial logged, else its config.yaml's ``eval.size``
+    or ``task.eval_size`` (trials written before ``eval/n`` existed), else NaN (unknown)."""
+    logged = logged[np.isfinite(logged)]
+    if logged.size:
+        return float(logged[-1])
+    config = trialdir.read_config(trial_dir) or {}
+    for section, key in (("eval", "size"), ("task", "eval_size")):
+        value = (config.get(section) or {}).get(key) if isinstance(config.get(section) or {}, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+            return float(value)
+    return math.nan
 
 
 def load_results(results_dir: Path) -> SuiteResults:
@@ -228,7 +245,7 @@ def load_results(results_dir: Path) -> SuiteResults:
         if key not in trials:
             trials[key] = np.nan
     param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in
-                  ("has_params", "status", "last_step", "error", "diverged_step", "notes")]
+                  ("has_params", "status", "last_step", "error", "diverged_step", "notes", "eval_size")]
     return SuiteResults(
         path=results_dir,
         name=suite.name,

@@ -9,7 +9,10 @@ One table per slice (combination of varying grid keys other than algorithm and d
 * ``†``   the value is a shared trial (an on-policy trial standing for several estimators, or a trial
   whose estimator ignores an axis of this slice); the footnote names it.
 
-Robustness columns: *retained* = final accuracy at the largest delay / final accuracy at delay 0;
+Robustness columns: *gain retained* = (acc_d - acc_base) / (acc_0 - acc_base) at the largest delay d, with
+acc_base the mean step-0 (first) evaluation of the two cells' trials (the base's accuracy): the share of the
+on-policy gain that survives the delay (``gain_retained``; a plain acc_d / acc_0 has a floor near
+acc_base / acc_0 for an estimator that learns nothing);
 *delay AUC* = area under final accuracy vs x = log2(1 + delay), divided by the x span
 (``stats.delay_auc``: the accuracy averaged over the delays as the figure draws them).
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report import stats
+from harness.report import resolve, stats
 from harness.report.render import DASH, show
 from harness.report.tables import Analysis, _sort_key
 
@@ -38,6 +41,7 @@ class PaperCell:
     lo: float
     hi: float
     seeds: int
+    start: float  # mean step-0 accuracy of the cell's finished trials
     n_collapsed: int
     shared: bool
     best: bool  # highest point estimate in its column
@@ -68,7 +72,7 @@ class PaperCell:
 class PaperRow:
     algorithm: str
     cells: list[PaperCell | None]  # one per delay, None where the cell was not run
-    retained: float
+    gain_retained: float
     delay_auc: float
 
 
@@ -82,16 +86,24 @@ class PaperTable:
     seeds: tuple[int, int]  # (min, max) finished seeds over its cells
     low_confidence: bool  # some cell has an interval from fewer than 5 seeds (or none)
     notes: list[str]  # shared-trial footnotes
+    resolved: list[tuple[int, int]]  # per delay: (resolved, tested) estimator pairs (resolve.pair_tests)
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
         lo, hi = self.seeds
         seeds = (f"{hi} seed" + ("s" if hi != 1 else "")) if lo == hi else f"{lo}-{hi} seeds"
         where = f" ({self.slice})" if self.slice else ""
+        top = show(self.delays[-1]) if self.delays else DASH
         text = (f"{suite}{where}: final held-out accuracy [95% CI] by delay, {seeds} per cell. "
-                f"Retained = accuracy at delay {show(self.delays[-1]) if self.delays else DASH} / at delay 0; "
+                f"Gain retained = (acc at delay {top} - base) / (acc at delay 0 - base), base = the trials' "
+                "step-0 accuracy; "
                 "delay AUC = mean accuracy over log2(1 + delay). Bold: highest in its column (not a "
                 "significance claim). cK/N: K of N seeds collapsed.")
+        tested = sum(n for _, n in self.resolved)
+        if tested:
+            text += (f" Resolved pairs: K/M of the M estimator pairs at that delay differ (two-sided exact "
+                     f"permutation test on the seeds' mean final accuracy, Holm-adjusted over the table's "
+                     f"{tested} pairs, family-wise {resolve.ALPHA:.0%}).")
         if self.low_confidence:
             text += (f" LOW CONFIDENCE: * marks cells with fewer than {stats.MIN_CONFIDENT_SEEDS} seeds "
                      "(mean with Student-t interval); a single seed has no interval.")
@@ -116,24 +128,37 @@ def paper_tables(a: Analysis) -> list[PaperTable]:
             mine = part[part["algorithm"].astype(str) == algo].set_index("delay")
             entries = [_cell(mine.loc[d], best[d]) if d in mine.index else None for d in delays]
             points = [np.nan if c is None else c.point for c in entries]
-            retained = points[-1] / points[0] if len(points) > 1 and points[0] > 0 else np.nan
-            rows.append(PaperRow(algo, entries, retained, stats.delay_auc(np.asarray(delays, float),
-                                                                           np.asarray(points))))
+            kept = gain_retained(entries[0], entries[-1]) if len(entries) > 1 and delays[0] == 0 else np.nan
+            rows.append(PaperRow(algo, entries, kept, stats.delay_auc(np.asarray(delays, float), np.asarray(points))))
         seeds = part["seeds"].to_numpy(dtype=int)
         out.append(PaperTable(str(s), [float(d) for d in delays], rows, (int(seeds.min()), int(seeds.max())),
                               bool((seeds < stats.MIN_CONFIDENT_SEEDS).any()),
-                              sorted(set(filter(None, part["shared_note"])))))
+                              sorted(set(filter(None, part["shared_note"]))),
+                              resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays])))
     return out
+
+
+def gain_retained(on_policy: PaperCell | None, delayed: PaperCell | None) -> float:
+    """(acc_d - base) / (acc_0 - base) with base the seed-weighted mean step-0 accuracy of both cells'
+    trials; NaN when a cell is missing or there is no gain at delay 0 to retain (acc_0 <= base)."""
+    if on_policy is None or delayed is None:
+        return float("nan")
+    starts = [(c.start, c.seeds) for c in (on_policy, delayed) if np.isfinite(c.start) and c.seeds]
+    if not starts:
+        return float("nan")
+    base = sum(s * n for s, n in starts) / sum(n for _, n in starts)
+    gain = on_policy.point - base
+    return float((delayed.point - base) / gain) if gain > 0 else float("nan")
 
 
 def _cell(r: pd.Series, best: float) -> PaperCell:
     point = float(r["final"])
-    return PaperCell(point, float(r["ci_low"]), float(r["ci_high"]), int(r["seeds"]), int(r["n_collapsed"]),
-                     bool(r["shared_note"]), bool(np.isfinite(point) and point == best))
+    return PaperCell(point, float(r["ci_low"]), float(r["ci_high"]), int(r["seeds"]), float(r["start_acc"]),
+                     int(r["n_collapsed"]), bool(r["shared_note"]), bool(np.isfinite(point) and point == best))
 
 
 def _robust(row: PaperRow) -> tuple[str, str]:
-    retained = DASH if not np.isfinite(row.retained) else f"{100 * row.retained:.0f}%"
+    retained = DASH if not np.isfinite(row.gain_retained) else f"{100 * row.gain_retained:.0f}%"
     auc = DASH if not np.isfinite(row.delay_auc) else f"{row.delay_auc:.3f}"
     return retained, auc
 
@@ -141,7 +166,14 @@ def _robust(row: PaperRow) -> tuple[str, str]:
 def header(t: PaperTable) -> list[str]:
     """Column titles: estimator, one per delay, the two robustness columns."""
     return ["estimator", *[f"delay {show(d)}" for d in t.delays],
-            f"retained @{show(t.delays[-1]) if t.delays else DASH}", "delay AUC"]
+            f"gain retained @{show(t.delays[-1]) if t.delays else DASH}", "delay AUC"]
+
+
+def footer(t: PaperTable) -> list[str] | None:
+    """The "resolved pairs" row (K/M per delay; a dash where no pair was testable), None when none was."""
+    if not any(n for _, n in t.resolved):
+        return None
+    return ["resolved pairs", *[f"{k}/{n}" if n else DASH for k, n in t.resolved], "", ""]
 
 
 def text_rows(t: PaperTable) -> list[list[str]]:
@@ -154,7 +186,7 @@ def to_text(tables: list[PaperTable], suite: str) -> str:
     """Fixed-width plain text for a terminal (what ``stalebench report`` prints at its end)."""
     blocks = []
     for t in tables:
-        grid = [header(t), *text_rows(t)]
+        grid = [header(t), *text_rows(t), *filter(None, [footer(t)])]
         widths = [max(len(row[i]) for row in grid) for i in range(len(grid[0]))]
         line = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
                                      for i, (c, w) in enumerate(zip(row, widths)))
@@ -183,6 +215,8 @@ def to_markdown(tables: list[PaperTable], suite: str) -> str:
                 number = f"**{c.number()}**" if c.best else c.number()
                 cells.append(number + _md_escape(c.marks()))
             lines.append("| " + " | ".join([_md_escape(r.algorithm), *cells, *_robust(r)]) + " |")
+        if footer(t):
+            lines.append("| " + " | ".join(footer(t)) + " |")
         title = f"### {_md_escape(suite)}" + (f" ({_md_escape(t.slice)})" if t.slice else "")
         blocks.append("\n".join([title, "", *lines, "", _md_escape(t.caption(suite))]))
     return "\n\n".join(blocks) + "\n"
@@ -226,6 +260,8 @@ def to_latex(tables: list[PaperTable], suite: str) -> str:
         for r in t.rows:
             lines.append(" & ".join([latex_escape(r.algorithm), *[_latex_cell(c) for c in r.cells],
                                      *[latex_escape(x) for x in _robust(r)]]) + r" \\")
+        if footer(t):
+            lines += [r"\midrule", " & ".join(latex_escape(c) for c in footer(t)) + r" \\"]
         caption = t.caption(suite).replace("cK/N: K of N", "xK/N: K of N")
         lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}", r"\end{table}"]
         blocks.append("\n".join(lines))

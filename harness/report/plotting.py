@@ -1,5 +1,6 @@
 """The report's figure machinery: what every figure draws from (``PlotData``), estimator styles, facet
-grids with fixed margins, the shared legend, captions' seed counts, and saving (PNG + SVG).
+grids with fixed margins, the shared legend, captions' seed counts, and saving (``Output``: PNG by default,
+SVG on request).
 
 The figures themselves are in ``figures.py``; this module decides how they look, not what they show.
 Facets are seaborn ``FacetGrid``s (``Grid``): wrapped when there is one facet variable, facet values in
@@ -31,11 +32,37 @@ DPI = 90
 WRAP = 4  # panels per row when one facet variable is wrapped
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8")
 EXTRA_COLOURS = ("#000000", "#6a3d9a", "#1b5e20", "#800000", "#00838f")  # after seaborn's 10 colorblind
+FORMATS = ("png", "svg")  # the figure formats a report can write, in the order the page prefers them
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``"png,svg"`` -> ``("png", "svg")`` (page order, duplicates dropped); ValueError (one line) for an
+    empty list or an unknown format."""
+    names = [n.strip().lower() for n in str(text).split(",") if n.strip()]
+    unknown = sorted(set(names) - set(FORMATS))
+    if unknown or not names:
+        raise ValueError(f"--formats {text!r}: give a comma-separated list of {', '.join(FORMATS)} "
+                         f"(e.g. png,svg){'; unknown: ' + ', '.join(unknown) if unknown else ''}")
+    return tuple(f for f in FORMATS if f in names)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where figures go and in which formats (``FORMATS``; PNG alone by default: an SVG of a 20-panel
+    grid costs as much to write as its PNG, and most readers never open it)."""
+
+    dir: Path
+    formats: tuple[str, ...] = ("png",)
+
+    def __post_init__(self) -> None:
+        if not self.formats or set(self.formats) - set(FORMATS):
+            raise ValueError(f"figure formats {self.formats!r}: choose from {', '.join(FORMATS)}")
 
 
 @dataclass(frozen=True)
 class FigureOut:
-    """One saved figure: PNG file name inside the report dir, its SVG twin, title, caption (plain text)."""
+    """One saved figure: the file the page shows (the PNG, or the SVG when only SVG was asked for) inside
+    the report dir, title, caption (plain text), and the SVG twin linked from the caption ("" for none)."""
 
     file: str
     title: str
@@ -169,10 +196,11 @@ def shared_legend(g: Grid, d: PlotData, names: list[str] | None = None) -> int:
     return -(-len(handles) // ncol)
 
 
-def save(g: Grid | plt.Figure, out_dir: Path, stem: str, legend_rows: int = 0, left: float = 0.7,
-          right: float = 0.35) -> tuple[str, str]:
+def save(g: Grid | plt.Figure, out: Output, stem: str, legend_rows: int = 0, left: float = 0.7,
+         right: float = 0.35) -> tuple[str, str]:
     """Fixed margins in inches (room for tick labels, titles and ``legend_rows`` legend rows on top),
-    then PNG and SVG; closes the figure."""
+    then one file per format of ``out``; closes the figure. Returns (the file the page shows, the SVG
+    file to link from its caption or "")."""
     fig = g.figure if isinstance(g, Grid) else g
     if isinstance(g, Grid):
         width, height = fig.get_figwidth(), fig.get_figheight()
@@ -186,11 +214,14 @@ def save(g: Grid | plt.Figure, out_dir: Path, stem: str, legend_rows: int = 0, l
         fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=0.55 / height,
                             top=1 - top / height, wspace=0.5 / PANEL_IN[0] * (n_cols > 1) + 0.001,
                             hspace=0.5 / PANEL_IN[1] * (n_rows > 1) + 0.001)
-    fig.savefig(out_dir / f"{stem}.png", dpi=DPI)
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller, faster, searchable
-        fig.savefig(out_dir / f"{stem}.svg")
+    if "png" in out.formats:
+        fig.savefig(out.dir / f"{stem}.png", dpi=DPI)
+    if "svg" in out.formats:
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller, faster, searchable
+            fig.savefig(out.dir / f"{stem}.svg")
     plt.close(fig)
-    return f"{stem}.png", f"{stem}.svg"
+    shown = f"{stem}.{out.formats[0]}"
+    return shown, (f"{stem}.svg" if "svg" in out.formats and shown != f"{stem}.svg" else "")
 
 
 def log2_delay_axis(ax: plt.Axes, delays: list[float]) -> None:

@@ -63,6 +63,9 @@ def provenance(**overrides: Any) -> dict[str, Any]:
     return {**base, **overrides, "packages": packages}
 
 
+EVAL_SIZE = 500  # problems per evaluation, as the v1 task's default eval_size
+
+
 def curves(rng: np.random.Generator, delay: int, steps: int, eval_every: int, collapse: bool,
            skill: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Metrics rows (one per step 1..steps) and eval rows (step 0 and every ``eval_every`` steps)."""
@@ -84,7 +87,7 @@ def curves(rng: np.random.Generator, delay: int, steps: int, eval_every: int, co
     eval_steps = np.arange(0, steps + 1, eval_every)
     acc = np.interp(eval_steps, np.r_[0, t], np.r_[0.23, reward]) + rng.normal(0, 0.01, eval_steps.size)
     acc = np.clip(acc.round(4), 0, 1)
-    evals = [{"step": int(s), "eval/acc": float(a), "eval/reward_mean": float(a)}
+    evals = [{"step": int(s), "eval/acc": float(a), "eval/reward_mean": float(a), "eval/n": EVAL_SIZE}
              for s, a in zip(eval_steps, acc)]
     return metrics, evals
 

@@ -26,16 +26,15 @@ import pandas as pd
 
 from harness import trialdir
 from harness.report import collapse as col
-from harness.report import families
-from harness.report import stats
+from harness.report import families, resolve, stats
 from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults
 from harness.report.render import show
 
 FINISHED = trialdir.FINAL  # the statuses whose results count
 STATUSES = trialdir.STATUSES  # in this order in cells.csv and status counts
 AXIS_SYMBOLS = {"eps": "\u03b5", "group_size": "G"}  # how a grid key is written in notes and labels
-CELL_COLUMNS = ("config", "seeds", "final", "ci_low", "ci_high", "statistic", "ci_method", "low_confidence",
-                "iqm_final", "mean_final", "iqm_best", "iqm_auc", "n_collapsed", "collapse_rate",
+CELL_COLUMNS = ("config", "seeds", "start_acc", "final", "ci_low", "ci_high", "statistic", "ci_method",
+                "low_confidence", "iqm_final", "mean_final", "iqm_best", "iqm_auc", "n_collapsed", "collapse_rate",
                 "median_steps_to_collapse", "status_counts", *(f"n_{s}" for s in STATUSES),
                 "poi_vs_baseline", "poi_low", "poi_high", "shared_note")
 
@@ -87,7 +86,7 @@ def summarize_trials(res: SuiteResults) -> tuple[pd.DataFrame, pd.DataFrame]:
     m = {k: res.metrics[k].to_numpy() for k in ("step", "loss_nonfinite", *("policy/entropy", "is/ratio_max"))}
     empty = np.array([], dtype=np.int64)
     out, scored = [], []
-    for t in res.trials[["trial_id", "status", "last_step", "diverged_step"]].itertuples(index=False):
+    for t in res.trials[["trial_id", "status", "last_step", "diverged_step", "eval_size"]].itertuples(index=False):
         ei, mi = ev_idx.get(t.trial_id, empty), me_idx.get(t.trial_id, empty)
         keep = ~np.isnan(acc[ei])
         steps_t, acc_t = ev_step[ei][keep], acc[ei][keep]
@@ -95,7 +94,8 @@ def summarize_trials(res: SuiteResults) -> tuple[pd.DataFrame, pd.DataFrame]:
         last = last if last is not None else (int(m["step"][mi][-1]) if mi.size else None)
         c = col.detect_collapse(rules, steps_t, acc_t, m["step"][mi], m["loss_nonfinite"][mi],
                                 m["policy/entropy"][mi], m["is/ratio_max"][mi], t.status,
-                                _int_or_none(t.diverged_step), last)
+                                _int_or_none(t.diverged_step), last,
+                                None if np.isnan(t.eval_size) else float(t.eval_size))
         diverged_at = None
         if t.status == "diverged":
             d = _int_or_none(t.diverged_step)
@@ -103,6 +103,7 @@ def summarize_trials(res: SuiteResults) -> tuple[pd.DataFrame, pd.DataFrame]:
         s_steps, s_acc = scored_curve(steps_t, acc_t, diverged_at, horizon, grid)
         scored.append((t.trial_id, s_steps, s_acc))
         out.append({
+            "start_acc": float(acc_t[0]) if acc_t.size else np.nan,
             "final_acc": stats.final_accuracy(s_acc),
             "best_acc": stats.best_accuracy(acc_t),
             "auc_acc": stats.accuracy_auc(s_steps, s_acc),
@@ -214,6 +215,7 @@ def cell_table(cells_in: pd.DataFrame, keys: list[str], baseline: str, seed: int
             "config": config_label(cell, other),
             "slice": slice_label(cell, other),
             "seeds": len(done),
+            "start_acc": stats.mean(_finite(done["start_acc"])),
             "final": e.point, "ci_low": e.lo, "ci_high": e.hi, "statistic": e.statistic,
             "ci_method": e.method, "low_confidence": e.low_confidence,
             "iqm_final": stats.iqm(final), "mean_final": stats.mean(final),
@@ -320,6 +322,8 @@ class Analysis:
     top_delay: float
     staleness: pd.DataFrame  # staleness_summary
     baseline: str
+    pairs: list[resolve.PairTest]  # every table's estimator pairs, tested (resolve.pair_tests)
+    agreement: pd.DataFrame  # Kendall's tau between slices' rankings at the largest delay
 
 
 def analyse(res: SuiteResults) -> Analysis:
@@ -333,4 +337,4 @@ def analyse(res: SuiteResults) -> Analysis:
     cells = families.annotate(cell_table(cell_trials, res.param_keys, res.settings.baseline), res)
     board, top_delay = leaderboard(cells)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
-                    res.settings.baseline)
+                    res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay))

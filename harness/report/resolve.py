@@ -1,0 +1,89 @@
+"""How much a table can say: which estimator pairs it resolves, and whether slices rank alike.
+
+*Resolved pairs.* In each paper table (one slice), every pair of estimators at the same delay is tested
+on its seeds' final accuracies with a two-sample permutation test on the difference of means
+(``stats.permutation_p``), and the p-values of all the table's pairs (every delay) are adjusted together
+by Holm's method (``stats.holm``); a pair is *resolved* when its adjusted p is at most ``ALPHA``, so the
+chance that a table shows any resolved pair where there is no difference is at most 5%. Why this test:
+it assumes no distribution (only that the seeds' labels are exchangeable) and is exact at the seed counts
+a table has: at 8 vs 8 seeds its smallest p is 2/C(16, 8) = 1.6e-4, below Holm's strictest threshold for a
+135-pair table (10 estimators x 3 delays: 0.05/135 = 3.7e-4), so a clear difference can be resolved;
+at 3 vs 3 seeds the smallest p is 2/C(6, 3) = 0.1 and nothing can be, which the count then says. A rank
+test (Mann-Whitney) has the same smallest p but ignores how far apart the seeds are.
+Pairs whose cells are the same trials (the shared on-policy trial at delay 0 standing for every
+estimator) are not tested: they are one measurement.
+
+*Ranking agreement.* Between every two slices (for a grid over ``model.base``: every two bases), Kendall's
+tau-b between the estimators' values at the largest delay (``stats.kendall_tau``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from harness import trialdir
+from harness.report import stats
+
+ALPHA = 0.05  # family-wise error rate of one table's resolved pairs
+
+
+@dataclass(frozen=True)
+class PairTest:
+    """One estimator pair at one delay of one table."""
+
+    slice: str
+    delay: float
+    a: str
+    b: str
+    seeds_a: int
+    seeds_b: int
+    mean_diff: float  # mean final accuracy of a minus b
+    p: float  # permutation test, two-sided
+    p_holm: float  # Holm-adjusted over the table's pairs
+    resolved: bool
+
+
+def pair_tests(cell_trials: pd.DataFrame) -> list[PairTest]:
+    """Every testable pair of every table (slice) of ``cell_trials`` (``tables.expand_shared`` rows with
+    ``slice``, ``final_acc``, ``status``), with Holm's adjustment per table."""
+    done = cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]
+    out: list[PairTest] = []
+    for slice_label, part in done.groupby("slice", sort=True):
+        raw = []
+        for delay, at in part.groupby("delay", sort=True):
+            cells = {}
+            for algo, g in at.groupby("algorithm", sort=True):
+                finals = g["final_acc"].to_numpy(dtype=float)
+                cells[str(algo)] = (finals[~np.isnan(finals)], frozenset(g["trial_id"]))
+            for a, b in combinations(sorted(cells), 2):
+                (x, ids_a), (y, ids_b) = cells[a], cells[b]
+                if ids_a == ids_b or x.size < 2 or y.size < 2:
+                    continue
+                raw.append((float(delay), a, b, x, y, stats.permutation_p(x, y)))
+        adjusted = stats.holm(np.array([r[-1] for r in raw]))
+        out += [PairTest(str(slice_label), d, a, b, x.size, y.size, float(x.mean() - y.mean()), p, float(q),
+                         bool(q <= ALPHA)) for (d, a, b, x, y, p), q in zip(raw, adjusted)]
+    return out
+
+
+def resolved_counts(tests: list[PairTest], slice_label: str, delays: list[float]) -> list[tuple[int, int]]:
+    """(resolved, tested) pairs at each of ``delays`` in one table."""
+    mine = [t for t in tests if t.slice == slice_label]
+    return [(sum(t.resolved for t in mine if t.delay == d), sum(t.delay == d for t in mine)) for d in delays]
+
+
+def ranking_agreement(cells: pd.DataFrame, delay: float) -> pd.DataFrame:
+    """Kendall's tau-b between every two slices' estimator values (``final``) at ``delay``: one row per
+    slice pair (slice_a, slice_b, delay, tau, estimators); empty with fewer than two slices."""
+    at = cells[(pd.to_numeric(cells["delay"], errors="coerce") == delay) & cells["final"].notna()]
+    rankings = {str(s): dict(zip(g["algorithm"].astype(str), g["final"].astype(float)))
+                for s, g in at.groupby("slice", sort=True)}
+    rows = []
+    for a, b in combinations(sorted(rankings), 2):
+        tau, n = stats.kendall_tau(rankings[a], rankings[b])
+        rows.append({"slice_a": a, "slice_b": b, "delay": delay, "tau": tau, "estimators": n})
+    return pd.DataFrame(rows, columns=["slice_a", "slice_b", "delay", "tau", "estimators"])

@@ -1,0 +1,165 @@
+"""Raw trial archives (harness/archive.py) and merging a user's trials with a committed report's
+(harness/report/merge.py), on tiny synthetic suites."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import archive, trialdir
+from harness.archive import ArchiveError, open_archive, pack_suite
+from harness.cli import main
+from harness.report.load import load_suite
+from harness.report.merge import MergeError, merge_trials
+from harness.report.synthetic import write_suite
+
+BASE = {"train": {"lr": 1e-4, "steps": 40}, "task": {"name": "addrev", "eval_size": 500}}
+
+
+def reference(root: Path, name: str = "ref", algorithms=("grpo", "m2po")) -> Path:
+    """A tiny suite whose trials' config.yaml is BASE plus the grid point (as the runner resolves it)."""
+    suite = write_suite(root, name, algorithms, (0, 8), (0, 1), steps=20)
+    for d in suite.iterdir():
+        if d.is_dir():
+            set_config(d)
+    return suite
+
+
+def set_config(trial: Path, **train: object) -> None:
+    params = trialdir.read_params(trial)
+    config = {**BASE, "train": {**BASE["train"], **train}, "algorithm": params["algorithm"],
+              "delay": params["delay"], "seed": params["seed"]}
+    (trial / trialdir.CONFIG).write_text(yaml.safe_dump(config), encoding="utf-8")
+
+
+def test_pack_and_open_round_trip_without_checkpoints(tmp_path):
+    suite = reference(tmp_path / "results")
+    trial = suite / "grpo-d0-e0.2-g8-s0"
+    (trial / trialdir.CHECKPOINT).write_bytes(b"weights")
+    (trial / "policy").mkdir()
+    (trial / "policy" / "model.safetensors").write_bytes(b"weights")
+    out = pack_suite(suite, tmp_path / "raw.tar.gz")
+    assert pack_suite(suite, tmp_path / "again.tar.gz").read_bytes() == out.read_bytes()  # deterministic
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert "suite.yaml" in names and f"{trial.name}/{trialdir.METRICS}" in names
+    assert not any(trialdir.CHECKPOINT in n or "policy" in n for n in names)
+    opened = open_archive(out)
+    try:
+        a, b = load_suite(suite), load_suite(opened)
+        assert a.trials.equals(b.trials) and a.evals.equals(b.evals) and a.metrics.equals(b.metrics)
+        assert (opened / trial.name / trialdir.CONFIG).read_text() == (trial / trialdir.CONFIG).read_text()
+    finally:
+        shutil.rmtree(opened)
+
+
+def hostile(path: Path, *members: tuple[tarfile.TarInfo, bytes]) -> Path:
+    """A .tar.gz with suite.yaml and the given members."""
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in (((tarfile.TarInfo("suite.yaml")), b"suite: x\n"), *members):
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return path
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("info, message", [
+    (member("/etc/passwd"), "absolute path"),
+    (member("../t/status.json"), "leaves the archive"),
+    (member("t/../../x/status.json"), "leaves the archive"),
+    (member("t/status.json", tarfile.SYMTYPE, "/etc/passwd"), "is a link"),
+    (member("t/status.json", tarfile.LNKTYPE, "suite.yaml"), "is a link"),
+    (member("t/status.json", tarfile.CHRTYPE), "device or special"),
+    (member("t/status.json", tarfile.FIFOTYPE), "device or special"),
+    (member("t/checkpoint.pt"), "unexpected member"),
+    (member("t/policy/model.bin"), "unexpected member"),
+    (member(".superseded/status.json"), "unexpected member"),
+])
+def test_unsafe_members_are_refused_in_one_line_and_nothing_is_left(tmp_path, monkeypatch, info, message):
+    made = []
+    real = archive.tempfile.mkdtemp
+    monkeypatch.setattr(archive.tempfile, "mkdtemp", lambda **kw: made.append(real(**kw)) or made[-1])
+    path = hostile(tmp_path / "bad.tar.gz", (member("t/params.json"), b"{}"), (info, b"x"))
+    with pytest.raises(ArchiveError, match=message) as exc:
+        open_archive(path)
+    assert "\n" not in str(exc.value)
+    assert made and not Path(made[0]).exists()  # the temporary directory is removed
+
+
+def test_oversized_and_too_many_members_and_damaged_archives(tmp_path, monkeypatch):
+    path = hostile(tmp_path / "big.tar.gz", (member("t/metrics.jsonl"), b"x" * 100))
+    monkeypatch.setattr(archive, "MAX_MEMBER_BYTES", 99)
+    with pytest.raises(ArchiveError, match="100 bytes, over the 99-byte limit"):
+        open_archive(path)
+    monkeypatch.setattr(archive, "MAX_MEMBER_BYTES", 10**6)
+    monkeypatch.setattr(archive, "MAX_MEMBERS", 2)
+    many = hostile(tmp_path / "many.tar.gz", (member("t/eval.jsonl"), b"{}"), (member("t/params.json"), b"{}"))
+    with pytest.raises(ArchiveError, match="more than 2 members"):
+        open_archive(many)
+    (tmp_path / "junk.tar.gz").write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.raises(ArchiveError, match="not a readable .tar.gz"):
+        open_archive(tmp_path / "junk.tar.gz")
+    with pytest.raises(ArchiveError, match="no such archive"):
+        open_archive(tmp_path / "absent.tar.gz")
+    with tarfile.open(tmp_path / "nosuite.tar.gz", "w:gz") as tar:
+        tar.addfile(member("t/params.json"), io.BytesIO(b""))
+    with pytest.raises(ArchiveError, match="no suite.yaml"):
+        open_archive(tmp_path / "nosuite.tar.gz")
+
+
+def user_suite(root: Path, name: str = "mine") -> Path:
+    """The user's run: their estimator seq_tis at the reference's cells, plus one reference trial rerun."""
+    suite = write_suite(root, name, ("seq_tis",), (0, 8), (0, 1), steps=20)
+    for d in suite.iterdir():
+        if d.is_dir():
+            set_config(d)
+    rerun = write_suite(root / "tmp", name, ("grpo",), (8,), (0,), steps=20) / "grpo-d8-e0.2-g8-s0"
+    set_config(rerun)
+    shutil.move(rerun, suite / rerun.name)
+    return suite
+
+
+def test_your_estimator_is_ranked_beside_the_reference(tmp_path, capsys):
+    ref = reference(tmp_path / "results")
+    raw = tmp_path / "reports" / "ref" / "raw.tar.gz"
+    assert main(["report", str(ref), "--out", str(raw.parent), "--raw"]) == 0
+    assert raw.is_file()
+    mine = user_suite(tmp_path / "results")
+    out = tmp_path / "reports" / "mine"
+    capsys.readouterr()
+    assert main(["report", str(mine), "--out", str(out), "--merge", str(raw)]) == 0
+    printed = capsys.readouterr().out
+    assert "merged 8 reference trials" in printed and "5 of yours (4 new, 1 the reference's own)" in printed
+    bundle = json.loads((out / "results.json").read_text())
+    board = {r["algorithm"]: r for r in bundle["leaderboard"]}
+    assert set(board) == {"grpo", "m2po", "seq_tis"} and board["seq_tis"]["seeds"] == 2
+    assert board["grpo"]["seeds"] == 2  # the rerun reference trial is counted once
+    assert {t["trial_id"] for t in bundle["trials"]} >= {"grpo-d8-e0.2-g8-s0", "seq_tis-d8-e0.2-g8-s1"}
+
+
+def test_a_trial_id_with_another_config_or_a_new_trial_on_another_benchmark_is_refused(tmp_path, capsys):
+    ref = reference(tmp_path / "results")
+    raw = pack_suite(ref, tmp_path / "raw.tar.gz")
+    mine = user_suite(tmp_path / "results")
+    set_config(mine / "grpo-d8-e0.2-g8-s0", lr=3e-4)  # the same trial id, another lr
+    with pytest.raises(MergeError, match=r"trial grpo-d8-e0.2-g8-s0: your config differs .*train.lr 0.0001 -> 0.0003"):
+        merge_trials(mine, raw)
+    set_config(mine / "grpo-d8-e0.2-g8-s0")
+    set_config(mine / "seq_tis-d8-e0.2-g8-s1", steps=400)  # a new trial, but 400 steps where every reference has 40
+    with pytest.raises(MergeError, match=r"seq_tis-d8-e0.2-g8-s1: train.steps is 400 but 40 in every reference trial"):
+        merge_trials(mine, raw)
+    assert main(["report", str(mine), "--out", str(tmp_path / "no"), "--merge", str(raw)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another benchmark" in err and not (tmp_path / "no").exists()
+    assert not list(Path(archive.tempfile.gettempdir()).glob("stalebench-raw-*/seq_tis-d8-e0.2-g8-s1"))
