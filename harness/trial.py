@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import provenance, trialdir
+from . import numerics, provenance, trialdir
 from .config import ConfigError, RunConfig, flatten, to_dict
 from .suite import Trial
 from .tracking import MlflowTarget, RunLog, Target  # noqa: F401 — MlflowTarget: callers import it from here
@@ -67,9 +67,11 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
 
     def start(resume_step: int = 0, base: dict | None = None, eval_set_sha256: str | None = None) -> None:
         import torch
+        on_gpu = torch.cuda.is_available() and trial.config.model.device != "cpu"     # as the trainer decides
         record = provenance.collect(config_sha256=trialdir.config_sha256(config), base=base,
                                     eval_set_sha256=eval_set_sha256, torch_threads=torch.get_num_threads(),
-                                    gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+                                    gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                                    numerics=numerics.record("cuda" if on_gpu else "cpu"))
         log.start(config, trial.params, record, resume_step=resume_step)
 
     try:
