@@ -129,7 +129,9 @@ def _finals(results_dir: Path) -> dict[str, float]:
 
 
 def cell_name(trial: Trial) -> str:
-    return " ".join(f"{k}={v}" for k, v in trial.params.items() if k != "seed") or "(one cell)"
+    """The trial's grid point without its seed (and without the list of cells a shared trial stands for)."""
+    return " ".join(f"{k}={v}" for k, v in trial.params.items()
+                    if k != "seed" and not isinstance(v, (list, tuple))) or "(one cell)"
 
 
 def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tuple[str, str, str]]:
