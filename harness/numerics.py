@@ -168,3 +168,15 @@ def _onednn_version(torch) -> str | None:
     text = torch.__config__.show()
     _, found, rest = text.partition("MKL-DNN ")
     return rest.split()[0] if found and rest else None
+
+
+def resumed(previous: dict[str, Any] | None, now: dict[str, Any], step: int) -> dict[str, Any]:
+    """The record of a trial resumed at `step` by a process computing on `now`, its earlier steps having
+    been computed as `previous` says (the provenance written before). A trial's float path is that of all
+    its steps: a resume on another path makes it "mixed", which no single run reproduces bit for bit."""
+    before = (previous or {}).get("float_path")
+    if step <= 0 or before is None or before == now["float_path"]:
+        return now
+    warn_once(f"this trial resumes at step {step} on float path '{now['float_path']}' after '{before}': its "
+              f"numbers are from two paths (recorded as mixed)")
+    return {**now, "float_path": f"mixed: {before} to step {step}, then {now['float_path']}", "pinned": False}

@@ -71,7 +71,8 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
         record = provenance.collect(config_sha256=trialdir.config_sha256(config), base=base,
                                     eval_set_sha256=eval_set_sha256, torch_threads=torch.get_num_threads(),
                                     gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                                    numerics=numerics.record("cuda" if on_gpu else "cpu"))
+                                    numerics=numerics.resumed(trialdir.read_provenance(log.dir).get("numerics"),
+                                                              numerics.record("cuda" if on_gpu else "cpu"), resume_step))
         log.start(config, trial.params, record, resume_step=resume_step)
 
     try:

@@ -121,6 +121,14 @@ def test_the_pinned_default_computes_bit_for_bit_what_the_forced_variables_compu
     assert scalar != forced               # the digest sees a change of float path (ATen's scalar kernels)
 
 
+def test_a_trial_resumed_on_another_float_path_is_recorded_as_mixed():
+    a, b = {"float_path": "aten=avx2 mkl=compatible", "pinned": True}, {"float_path": "aten=avx512 mkl=auto", "pinned": False}
+    assert numerics.resumed(a, a, 50) == a and numerics.resumed(None, b, 50) == b and numerics.resumed(a, b, 0) == b
+    mixed = numerics.resumed(a, b, 50)
+    assert mixed["float_path"] == "mixed: aten=avx2 mkl=compatible to step 50, then aten=avx512 mkl=auto"
+    assert mixed["pinned"] is False
+
+
 def prov(path: str | None, vendor: str = "AuthenticAMD") -> dict:
     return {"git_commit": "abc", "numerics": None if path is None else {"float_path": path, "cpu_vendor": vendor}}
 
