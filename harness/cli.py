@@ -8,6 +8,7 @@
     stalebench tune SUITE.yaml                     Optuna (through Ray Tune) learning rates per estimator
     stalebench eval --model PATH --benchmarks gsm8k,math500
     stalebench check SUITE.yaml                    validate a suite without running it
+    stalebench reproduce reports/reference --only 'delay=64'   rerun committed cells, verdict per cell
     stalebench build-base --name tiny-addrev-v2    build a new frozen base checkpoint version
 
 run, train, check and tune take `--set key=value` overrides of the suite's base (e.g. --set train.lr=3e-4);
@@ -128,6 +129,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default="results/eval", help="with --model: results go to OUT/<model dir name>/")
     ev.add_argument("--max-new-tokens", type=int, default=1024)
     ev.add_argument("--mlflow-run-id", default=None, help="also log scores to this MLflow run")
+    rp = sub.add_parser("reproduce", help="rerun a committed leaderboard's cells from its raw trial files; "
+                                          "say per cell whether the new run agrees")
+    rp.add_argument("report_dir", help="a report directory with raw.tar.gz (reports/reference), or a results directory")
+    rp.add_argument("--only", action="append", default=[], metavar="KEY=VALUE,...",
+                    help="rerun only the trials matching, e.g. 'algorithm=grpo,delay=64' (repeatable: any matches)")
+    rp.add_argument("--results", default="results", help="results root: the reruns go to RESULTS/reproduce/<suite>/")
+    rp.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster address (default: local Ray)")
+    rp.add_argument("--in-process", action="store_true", help="run the trials one by one in this process, without Ray")
     ch = sub.add_parser("check", help="validate a suite file and list its trials")
     _suite_args(ch)
     es = sub.add_parser("estimators", help="list every registered estimator with its family, source and parameters")
@@ -204,6 +213,14 @@ def _cmd_train(args) -> int:
     print(f"trial {trial.trial_id}: {status.get('status')} at step {status.get('step')}; results in "
           f"{suite_dir / trial.trial_id}{acc}")
     return 0
+
+
+def _cmd_reproduce(args) -> int:
+    from .reproduce import reproduce, run_in_process, run_in_ray
+    run = run_in_process if args.in_process else run_in_ray(args.address)
+    table, rows = reproduce(Path(args.report_dir), args.only, Path(args.results), run)
+    print(table)
+    return 1 if any(verdict in ("DIFFERS", "differs") for _, verdict, _ in rows) else 0
 
 
 def _cmd_check(args) -> int:
@@ -317,10 +334,16 @@ def _cmd_build_base(args) -> int:
 
 COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status": _cmd_status, "report": _cmd_report,
             "site": _cmd_site, "tune": _cmd_tune, "eval": _cmd_eval, "build-base": _cmd_build_base,
-            "compare": _cmd_compare, "estimators": _cmd_estimators}
+            "compare": _cmd_compare, "estimators": _cmd_estimators, "reproduce": _cmd_reproduce}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import numerics
+    try:                                         # before anything imports torch (docs/reproducibility.md)
+        numerics.warn_once(numerics.pin())
+    except ConfigError as exc:
+        print(f"stalebench: {exc}", file=sys.stderr)
+        return 2
     args = _parser().parse_args(argv)
     if args.plugin:                              # Ray workers inherit it and import the same modules
         os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))

@@ -56,14 +56,15 @@ def cpu_name() -> str:
 
 
 def collect(*, config_sha256: str, base: Mapping[str, Any] | None, eval_set_sha256: str | None,
-            torch_threads: int | None, gpu: str | None) -> dict[str, Any]:
-    """The provenance record of a trial starting now in this process."""
+            torch_threads: int | None, gpu: str | None, numerics: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The provenance record of a trial starting now in this process; `numerics` is the float path it computes
+    on (harness.numerics.record())."""
     commit, dirty = git_state()
     return {"stalebench": package_versions(("stalebench",))["stalebench"], "git_commit": commit, "git_dirty": dirty,
             "packages": package_versions(), "python": platform.python_version(), "torch_threads": torch_threads,
             "cpu": cpu_name(), "gpu": gpu, "host": platform.node(), "platform": platform.platform(),
             "base_model": None if base is None else dict(base), "eval_set_sha256": eval_set_sha256,
-            "config_sha256": config_sha256, "pid": os.getpid(),
+            "config_sha256": config_sha256, "numerics": None if numerics is None else dict(numerics), "pid": os.getpid(),
             "started_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}
 
 
@@ -74,5 +75,6 @@ def mlflow_tags(record: Mapping[str, Any]) -> dict[str, str]:
             "config_sha256": record.get("config_sha256"), "base_model": base.get("name"),
             "base_sha256": base.get("sha256"), "eval_set_sha256": record.get("eval_set_sha256"),
             "torch_threads": record.get("torch_threads"), "cpu": record.get("cpu"), "gpu": record.get("gpu"),
+            "float_path": (record.get("numerics") or {}).get("float_path"),
             **{f"version.{k}": v for k, v in (record.get("packages") or {}).items()}}
     return {f"stalebench.{k}": str(v) for k, v in tags.items() if v is not None}

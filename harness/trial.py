@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import provenance, trialdir
+from . import numerics, provenance, trialdir
 from .config import ConfigError, RunConfig, flatten, to_dict
 from .kinds import kind_of
 from .suite import Trial
@@ -69,9 +69,12 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
     def start(resume_step: int = 0, base: dict | None = None, eval_set_sha256: str | None = None) -> None:
         import torch
         from algorithms import describe
+        on_gpu = torch.cuda.is_available() and trial.config.model.device != "cpu"     # as the trainer decides
         record = provenance.collect(config_sha256=trialdir.config_sha256(config), base=base,
                                     eval_set_sha256=eval_set_sha256, torch_threads=torch.get_num_threads(),
-                                    gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+                                    gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                                    numerics=numerics.resumed(trialdir.read_provenance(log.dir).get("numerics"),
+                                                              numerics.record("cuda" if on_gpu else "cpu"), resume_step))
         est = describe(trial.config.algorithm)          # the estimator's family, recorded for the report
         record["estimator"] = {k: est[k] for k in ("name", "trust_region", "correction", "reads", "source")}
         log.start(config, trial.params, record, resume_step=resume_step)

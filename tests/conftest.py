@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import numerics
+
+numerics.warn_once(numerics.pin())     # the trials' float path, before any test imports torch
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]

@@ -2,9 +2,10 @@
 
 The runner writes ``<trial>/provenance.json`` (stalebench version, git commit and dirty flag, package
 versions, python, torch threads, cpu, gpu, host, base model name and sha256, eval-set sha256, config
-sha256, start time). ``summarize`` lists the distinct values of each field across a suite's trials and
-warns when the suite mixes what should be one thing: git commits, dirty trees, package versions,
-stalebench versions, base models or eval sets. A trial without the file counts as "unknown".
+sha256, start time, and the float path the trial computed on: harness/numerics.py). ``summarize``
+lists the distinct values of each field across a suite's trials and warns when the suite mixes what
+should be one thing: git commits, dirty trees, package versions, stalebench versions, base models, eval
+sets or float paths. A trial without the file counts as "unknown".
 
 ``rendering_info`` describes the process that rendered the report (a footnote only: it says nothing
 about how the trials were run). Versions come from distribution metadata; nothing heavy is imported.
@@ -25,11 +26,13 @@ UNKNOWN = "unknown"
 FIELDS = (("stalebench", "stalebench"), ("git_commit", "git commit"), ("git_dirty", "dirty tree"),
           ("python", "python"), ("torch_threads", "torch threads"), ("cpu", "cpu"), ("gpu", "gpu"),
           ("host", "host"), ("base_model.name", "base model"), ("base_model.sha256", "base model sha256"),
-          ("eval_set_sha256", "eval set sha256"), ("config_sha256", "config sha256"))
+          ("eval_set_sha256", "eval set sha256"), ("config_sha256", "config sha256"),
+          ("numerics.float_path", "float path"), ("numerics.cpu_vendor", "cpu vendor"), ("numerics.mkl", "mkl"))
 # Fields that must be one value across a suite (beyond packages.*): mixing them is a warning.
 MUST_AGREE = {"stalebench": "stalebench versions", "git_commit": "git commits",
               "base_model.name": "base models", "base_model.sha256": "base models (sha256)",
-              "eval_set_sha256": "eval sets (sha256)"}
+              "eval_set_sha256": "eval sets (sha256)",
+              "numerics.float_path": "float paths"}
 PER_TRIAL = ("config_sha256",)  # differs between cells by design: shown as a count
 
 
@@ -86,6 +89,10 @@ def summarize(provenance: dict[str, dict[str, Any] | None]) -> ProvenanceSummary
     if dirty:
         warnings.append(f"{dirty} of {len(flat)} trials ran from a dirty git tree (uncommitted changes): "
                         "their code cannot be recovered from the commit alone.")
+    paths = [f for f in known if f.get("numerics.float_path") is not None]
+    if paths and len(paths) < len(known):
+        warnings.append(f"{len(known) - len(paths)} of {len(flat)} trials do not record their float path (run "
+                        "before it was recorded): whether their numbers share the others' path is unknown.")
     missing = len(flat) - len(known)
     if known and missing:
         warnings.append(f"{missing} of {len(flat)} trials have no provenance.json (older results): their "

@@ -20,6 +20,7 @@ from typing import Any
 import ray
 from ray import tune
 
+from .. import numerics
 from ..config import ConfigError
 from ..status import last_eval
 from ..suite import Resources, Suite, Trial
@@ -58,7 +59,8 @@ def ray_session(address: str | None, say: Say) -> Iterator[None]:
     # Ray starts workers at niceness 15, so trials lose the CPU to anything else on the machine (measured:
     # ~15% of a core each beside two busy processes); they are the work, so they run at normal priority.
     env = {"RAY_CHDIR_TO_TRIAL_DIR": "0", "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-           "RAY_worker_niceness": os.environ.get("RAY_worker_niceness", "0")}
+           "RAY_worker_niceness": os.environ.get("RAY_worker_niceness", "0"),
+           **numerics.env_vars()}     # the driver's float path (harness/numerics.py): cluster workers get it too
     if address is None:
         env["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE", "disabled")
     with _env(env), _quiet_ray_driver():

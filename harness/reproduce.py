@@ -1,0 +1,224 @@
+"""`stalebench reproduce REPORT_DIR [--only ...]`: rerun a committed leaderboard's cells (or a slice) from
+its raw trial files and say, per cell, whether the new run agrees.
+
+The raw trial files are REPORT_DIR/raw.tar.gz (harness/archive.py) or a suite results directory
+(results/<suite>/ as `stalebench run` writes it). The trials are rerun from the archive's own suite.yaml
+into <results>/reproduce/<suite>/ (a rerun of the command resumes there); a trial whose resolved config
+now differs from its committed config.yaml is not rerun and is reported as such.
+
+The test, per trial and then per cell (a cell: the trial's grid point without its seed):
+
+- **identical**: same status and step, every eval row equal, every metrics row equal except the `perf/*`
+  timings (floats compared exactly, as JSON keeps them).
+- When a trial's committed and new runs share the float path, torch, MKL and thread count
+  (provenance.json `numerics`, harness/numerics.py) they are guaranteed identical: anything else is
+  **DIFFERS**, a bug or an unrecorded change.
+- Otherwise (another CPU path, torch, MKL, a GPU, or a committed trial from before float paths were
+  recorded) the cell is tested statistically, with the report's own numbers and `stalebench compare`'s
+  test: the per-seed final held-out accuracies (diverged trials score 0 from the divergence on), the
+  difference new - committed and its 95% interval (`report.stats.difference_estimate`: IQM bootstrap with
+  >= 5 seeds a side, Welch t below); **agrees** when the interval contains 0, **differs** when it excludes
+  0, **undecided** with one seed a side (no interval).
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import trialdir
+from .config import ConfigError, RunConfig, to_dict
+from .suite import Suite, Trial, expand, load_suite, select_trials
+
+SUITE_FILE = "suite.yaml"
+ARCHIVE = "raw.tar.gz"
+OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
+SAME_PATH_KEYS = ("float_path", "torch", "mkl", "threads")     # numerics fields that fix the numbers
+
+
+@contextlib.contextmanager
+def committed_results(report_dir: Path) -> Iterator[Path]:
+    """The committed suite results directory behind REPORT_DIR: its raw.tar.gz unpacked into a temporary
+    directory (removed afterwards), or REPORT_DIR itself when it is a results directory."""
+    report_dir = Path(report_dir)
+    if (report_dir / ARCHIVE).is_file():
+        try:
+            from .archive import open_archive
+        except ImportError:
+            raise ConfigError(f"{report_dir / ARCHIVE}: this stalebench cannot read raw-trial archives (no "
+                              f"harness/archive.py); pass an unpacked results directory") from None
+        unpacked = Path(open_archive(report_dir / ARCHIVE))
+        try:
+            yield unpacked
+        finally:
+            shutil.rmtree(unpacked, ignore_errors=True)
+    elif (report_dir / SUITE_FILE).is_file():
+        yield report_dir
+    else:
+        raise ConfigError(f"{report_dir}: neither {ARCHIVE} nor a suite results directory ({SUITE_FILE} and "
+                          f"trial directories); pass a committed report directory or results/<suite>")
+
+
+@dataclass(frozen=True)
+class TrialCheck:
+    trial: Trial
+    verdict: str                 # identical | differs | config changed | missing
+    detail: str = ""             # where it first differs, or the changed keys
+    same_path: bool = False      # committed and new run share float path, torch, MKL, threads
+
+
+def planned(suite: Suite, committed: Path, only: list[str]) -> tuple[list[Trial], list[TrialCheck]]:
+    """(the finished committed trials to rerun, the ones that cannot be: config changed since)."""
+    trials = [t for t in select_trials(expand(suite), only)
+              if trialdir.read_status(committed / t.trial_id).get("status") in trialdir.FINAL]
+    if not trials:
+        raise ConfigError(f"{committed}: no finished trial" + (f" matches --only {' '.join(only)}" if only else ""))
+    defaults, rerun, refused = to_dict(RunConfig()), [], []
+    for t in trials:
+        diff = trialdir.config_changes(trialdir.read_config(committed / t.trial_id) or {}, to_dict(t.config), defaults)
+        if diff:
+            refused.append(TrialCheck(t, "config changed", "; ".join(diff[:3])))
+        else:
+            rerun.append(t)
+    return rerun, refused
+
+
+def _numerics(trial_dir: Path) -> dict[str, Any]:
+    return trialdir.read_provenance(trial_dir).get("numerics") or {}
+
+
+def _first_difference(old: list[dict[str, Any]], new: list[dict[str, Any]], what: str) -> str | None:
+    for a, b in zip(old, new):
+        a = {k: v for k, v in a.items() if not k.startswith("perf/")}
+        b = {k: v for k, v in b.items() if not k.startswith("perf/")}
+        if a != b:
+            key = next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), "?")
+            return f"{what} step {a.get('step', b.get('step'))}: {key} {a.get(key)!r} -> {b.get(key)!r}"
+    if len(old) != len(new):
+        return f"{what}: {len(old)} rows committed, {len(new)} now"
+    return None
+
+
+def check_trial(trial: Trial, committed: Path, rerun: Path) -> TrialCheck:
+    """Compare one trial's committed record with its rerun's (see the module docstring)."""
+    old_dir, new_dir = committed / trial.trial_id, rerun / trial.trial_id
+    new_status = trialdir.read_status(new_dir)
+    if new_status.get("status") not in trialdir.FINAL:
+        return TrialCheck(trial, "missing", f"the rerun ended {new_status.get('status', 'without a status')}")
+    old_n, new_n = _numerics(old_dir), _numerics(new_dir)
+    same = bool(old_n) and all(old_n.get(k) == new_n.get(k) for k in SAME_PATH_KEYS)
+    old_status = trialdir.read_status(old_dir)
+    keys = ("status", "step", "diverged_step")
+    if any(old_status.get(k) != new_status.get(k) for k in keys):
+        return TrialCheck(trial, "differs", "status: " + ", ".join(
+            f"{k} {old_status.get(k)} -> {new_status.get(k)}" for k in keys if old_status.get(k) != new_status.get(k)), same)
+    found = (_first_difference(trialdir.read_evals(old_dir), trialdir.read_evals(new_dir), "eval")
+             or _first_difference(trialdir.read_metrics(old_dir), trialdir.read_metrics(new_dir), "metrics"))
+    return TrialCheck(trial, "differs" if found else "identical", found or "", same)
+
+
+def _finals(results_dir: Path) -> dict[str, float]:
+    """trial id -> final held-out accuracy, scored as the report scores it."""
+    from .report.load import load_suite as load_results
+    from .report.tables import analyse
+    rows = analyse(load_results(results_dir)).cell_trials.drop_duplicates("trial_id")
+    return dict(zip(rows["trial_id"], rows["final_acc"].astype(float)))
+
+
+def cell_name(trial: Trial) -> str:
+    """The trial's grid point without its seed (and without the list of cells a shared trial stands for)."""
+    return " ".join(f"{k}={v}" for k, v in trial.params.items()
+                    if k != "seed" and not isinstance(v, (list, tuple))) or "(one cell)"
+
+
+def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tuple[str, str, str]]:
+    """(cell, verdict, detail) per cell, in the suite's order (see the module docstring)."""
+    import numpy as np
+
+    from .report import stats
+
+    cells: dict[str, list[TrialCheck]] = {}
+    for c in checks:
+        cells.setdefault(cell_name(c.trial), []).append(c)
+    old_finals, new_finals = _finals(committed), (_finals(rerun) if any(c.verdict in ("identical", "differs")
+                                                                       for c in checks) else {})
+    out = []
+    for name, group in cells.items():
+        n = len(group)
+        blocked = [c for c in group if c.verdict in ("config changed", "missing")]
+        if blocked:
+            out.append((name, "not rerun" if blocked[0].verdict == "config changed" else "incomplete",
+                        f"{blocked[0].trial.trial_id}: {blocked[0].verdict} ({blocked[0].detail})"))
+            continue
+        if all(c.verdict == "identical" for c in group):
+            out.append((name, "identical", f"{n} trial(s), bit for bit"))
+            continue
+        broken = [c for c in group if c.verdict == "differs" and c.same_path]
+        if broken:
+            out.append((name, "DIFFERS", f"{broken[0].trial.trial_id} has the committed float path, torch and MKL "
+                                         f"but {broken[0].detail}"))
+            continue
+        old = np.array([old_finals[c.trial.trial_id] for c in group])
+        new = np.array([new_finals[c.trial.trial_id] for c in group])
+        d = stats.difference_estimate(new, old)
+        means = f"final acc {old.mean():.3f} -> {new.mean():.3f} (n={n}; other float path)"
+        if d.method == "none":
+            out.append((name, "undecided", f"{means}: {d.point:+.3f}, no interval from one seed"))
+            continue
+        within = d.lo <= 0 <= d.hi
+        out.append((name, "agrees" if within else "differs",
+                    f"{means}: {d.point:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}]{'*' if d.low_confidence else ''}"))
+    return out
+
+
+Runner = Callable[[Suite, list[Trial], Path], None]
+
+
+def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner) -> tuple[str, list[tuple[str, str, str]]]:
+    """Rerun REPORT_DIR's finished trials (the --only slice) with `run(suite, trials, out_root)`, which
+    writes them to out_root/<suite>/; returns the verdict table and its rows (cell, verdict, detail)."""
+    with committed_results(report_dir) as committed:
+        suite = load_suite(committed / SUITE_FILE)
+        rerun, refused = planned(suite, committed, only)
+        out_root = Path(results_root) / OUT_DIR
+        new_dir = trialdir.suite_results_dir(out_root, suite.name)
+        new_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(committed / SUITE_FILE, new_dir / SUITE_FILE)       # the same effective suite
+        if rerun:
+            run(suite, rerun, out_root)
+        checks = refused + [check_trial(t, committed, new_dir) for t in rerun]
+        order = {t.trial_id: i for i, t in enumerate(expand(suite))}
+        checks.sort(key=lambda c: order[c.trial.trial_id])
+        rows = verdicts(checks, committed, new_dir)
+    width = max(len(r[0]) for r in rows)
+    counts = {v: sum(1 for r in rows if r[1] == v) for v in dict.fromkeys(r[1] for r in rows)}
+    head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(rows)} cell(s), rerun in {new_dir}",
+            "identical: bit for bit; other float path: the difference of final accuracy and its 95% interval "
+            "(IQM bootstrap >= 5 seeds, * Welch t), 'agrees' when it contains 0 (docs/reproducibility.md)"]
+    lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
+    return "\n".join([*head, *lines, ", ".join(f"{v}: {n}" for v, n in counts.items())]), rows
+
+
+def run_in_ray(address: str | None) -> Runner:
+    """Run the trials as `stalebench run` does (Ray Tune, MLflow), keeping their float path."""
+    def run(suite: Suite, trials: list[Trial], out_root: Path) -> None:
+        from .runner import run_suite
+        run_suite(suite, results_root=out_root, address=address, only=[f"id={t.trial_id}" for t in trials])
+    return run
+
+
+def run_in_process(suite: Suite, trials: list[Trial], out_root: Path) -> None:
+    """Run the trials one after another in this process (as `stalebench train` does), without Ray."""
+    from .base_models import base_identity
+    from .trial import TrialFailed, check_identity, run_trial
+
+    suite_dir = trialdir.suite_results_dir(out_root, suite.name)
+    check_identity(trials, suite_dir)
+    for t in trials:
+        if t.config.lab is None:
+            base_identity(t.config.model)
+        with contextlib.suppress(TrialFailed):       # recorded as failed; its cell says so
+            run_trial(t, suite_dir)

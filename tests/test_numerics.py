@@ -1,0 +1,147 @@
+"""The pinned float path (harness/numerics.py): the rule, its warnings, what a trial records, and that the
+default pinned path computes bit for bit what the explicitly forced variables compute."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import numerics
+from harness.errors import ConfigError
+from harness.report.provenance import summarize
+
+REPO = Path(__file__).resolve().parents[1]
+AVX2_CPU = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx fma avx2\n"
+OLD_CPU = "vendor_id\t: GenuineIntel\nflags\t\t: fpu sse2 sse4_2 avx\n"          # Sandy Bridge: no AVX2, no FMA
+
+
+def cpu(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    return path
+
+
+def test_pin_sets_the_pinned_variables_that_are_unset(tmp_path):
+    env: dict[str, str] = {}
+    assert numerics.pin(env, cpu(tmp_path, AVX2_CPU), modules={}) is None
+    assert env == numerics.PINNED == {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert numerics.pin(env, cpu(tmp_path, AVX2_CPU), modules={"torch": object()}) is None   # already pinned: fine
+
+
+def test_a_conflicting_variable_is_kept_and_named_in_one_line(tmp_path):
+    env = {"MKL_CBWR": "AVX2"}
+    message = numerics.pin(env, cpu(tmp_path, AVX2_CPU), modules={})
+    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert "MKL_CBWR=AVX2" in message and "MKL_CBWR=COMPATIBLE" in message and "\n" not in message
+
+
+def test_torch_imported_first_is_named(tmp_path):
+    message = numerics.pin({}, cpu(tmp_path, AVX2_CPU), modules={"torch": object()})
+    assert message.startswith("torch was imported before the float path was pinned") and "\n" not in message
+
+
+def test_native_rule_sets_nothing_and_an_unknown_rule_is_a_config_error(tmp_path):
+    env = {numerics.RULE_ENV: "native"}
+    assert numerics.pin(env, cpu(tmp_path, AVX2_CPU), modules={}) is None and env == {numerics.RULE_ENV: "native"}
+    with pytest.raises(ConfigError, match="expected one of pinned, native"):
+        numerics.pin({numerics.RULE_ENV: "fast"}, cpu(tmp_path, AVX2_CPU), modules={})
+
+
+def test_a_cpu_without_avx2_is_not_forced_onto_avx2_kernels(tmp_path):
+    # ATen takes ATEN_CPU_CAPABILITY=avx2 without checking the CPU: setting it here would crash on the
+    # first AVX2 instruction, so nothing is set and the warning says why.
+    env: dict[str, str] = {}
+    message = numerics.pin(env, cpu(tmp_path, OLD_CPU), modules={})
+    assert env == {} and "GenuineIntel lacks avx2, fma" in message
+
+
+def test_this_process_is_on_the_pinned_path():
+    # conftest.py pins before any test imports torch; record() reads back what torch and MKL use.
+    if not {"avx2", "fma"} <= numerics.cpu_info()[1]:
+        pytest.skip("this CPU has no AVX2/FMA: nothing to pin")
+    rec = numerics.record()
+    assert rec["float_path"] == numerics.PINNED_PATH == "aten=avx2 mkl=compatible"
+    assert rec["pinned"] is True and rec["rule"] == "pinned" and rec["mkl_cbwr"] == "compatible"
+    assert rec["threads"] >= 1 and rec["torch"] and rec["cpu_vendor"] != "unknown"
+
+
+# A forward/backward and an AdamW step through both libraries: MKL's SGEMM (the matmuls) and ATen's
+# vectorized kernels (rsqrt, silu, log_softmax, AdamW); a digest of every output bit.
+DIGEST = """
+def digest():
+    import hashlib, torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(64, 48, generator=g)
+        w1 = torch.randn(48, 96, generator=g).requires_grad_()
+        w2 = torch.randn(96, 40, generator=g).requires_grad_()
+        h = x @ w1
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        h = torch.nn.functional.silu(h) @ w2
+        torch.log_softmax(h, -1)[:, 0].mean().backward()
+        grads = [w1.grad.clone(), w2.grad.clone()]
+        torch.optim.AdamW([w1, w2], lr=1e-2).step()
+        return hashlib.sha256(b"".join(t.detach().numpy().tobytes() for t in (h, *grads, w1, w2))).hexdigest()
+    finally:
+        torch.set_num_threads(threads)
+"""
+
+
+def digest_here() -> str:
+    namespace: dict = {}
+    exec(DIGEST, namespace)                # noqa: S102 — the test's own source, above
+    return namespace["digest"]()
+
+
+def digest_in_a_process(**env: str) -> str:
+    """The digest in a fresh process whose float-path variables are exactly `env`."""
+    clean = {k: v for k, v in os.environ.items() if k not in (*numerics.PINNED, numerics.RULE_ENV)}
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), clean.get("PYTHONPATH")]))
+    code = DIGEST + "\nfrom harness import numerics\nnumerics.warn_once(numerics.pin())\nprint(digest())\n"
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert "warning" not in out.stderr, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_pinned_default_computes_bit_for_bit_what_the_forced_variables_compute():
+    # This process was pinned by conftest.py's pin() (the default rule); the other two set the variables
+    # by hand and tell pin() to leave them alone.
+    if not numerics.record()["pinned"]:
+        pytest.skip("this process is not on the pinned path (no AVX2/FMA, or a float-path variable set by hand)")
+    forced = digest_in_a_process(STALEBENCH_FLOAT_PATH="native", MKL_CBWR="COMPATIBLE", ATEN_CPU_CAPABILITY="avx2",
+                                 ONEDNN_MAX_CPU_ISA="AVX2")
+    scalar = digest_in_a_process(STALEBENCH_FLOAT_PATH="native", MKL_CBWR="COMPATIBLE", ATEN_CPU_CAPABILITY="default")
+    assert digest_here() == forced
+    assert scalar != forced               # the digest sees a change of float path (ATen's scalar kernels)
+
+
+def test_a_trial_resumed_on_another_float_path_is_recorded_as_mixed():
+    a, b = {"float_path": "aten=avx2 mkl=compatible", "pinned": True}, {"float_path": "aten=avx512 mkl=auto", "pinned": False}
+    assert numerics.resumed(a, a, 50) == a and numerics.resumed(None, b, 50) == b and numerics.resumed(a, b, 0) == b
+    mixed = numerics.resumed(a, b, 50)
+    assert mixed["float_path"] == "mixed: aten=avx2 mkl=compatible to step 50, then aten=avx512 mkl=auto"
+    assert mixed["pinned"] is False
+
+
+def prov(path: str | None, vendor: str = "AuthenticAMD") -> dict:
+    return {"git_commit": "abc", "numerics": None if path is None else {"float_path": path, "cpu_vendor": vendor}}
+
+
+def test_the_report_warns_when_a_suite_mixes_float_paths():
+    summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov("aten=avx512 mkl=auto", "GenuineIntel"),
+                         "c": prov("aten=avx2 mkl=compatible")})
+    assert ("This suite mixes float paths: aten=avx2 mkl=compatible (2 trials), aten=avx512 mkl=auto (1 trials)"
+            in summary.warnings)
+    assert ("float path", [("aten=avx2 mkl=compatible", 2), ("aten=avx512 mkl=auto", 1)]) in summary.fields
+
+
+def test_the_report_says_when_some_trials_do_not_record_their_float_path():
+    summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov(None)})
+    assert any(w.startswith("1 of 2 trials do not record their float path") for w in summary.warnings)
+    assert not any("mixes float paths" in w for w in summarize({"a": prov("x"), "b": prov("x")}).warnings)

@@ -1,0 +1,100 @@
+"""`stalebench reproduce` on a tiny suite (a random-init tiny model, 6 steps): a rerun on the same float
+path is identical; a changed number on the same path is DIFFERS; on another path the cell is tested with
+the difference of final accuracies and its interval."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import trialdir
+from harness.cli import main
+from harness.errors import ConfigError
+from harness.reproduce import reproduce, run_in_process
+from harness.suite import expand, load_suite
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory, tiny_model_dir) -> Path:
+    """A 'committed' suite results directory: 2 cells (grpo, naive) x 2 seeds, run in this process."""
+    root = tmp_path_factory.mktemp("committed")
+    base = {"model": {"kind": "path", "path": str(tiny_model_dir)}, "task": {"name": "addrev", "eval_size": 32},
+            "train": {"steps": 6, "prompts_per_step": 4, "lr": 1e-3, "max_new_tokens": 6, "checkpoint_every": 2},
+            "eval": {"every_steps": 3}, "group_size": 4}
+    path = root / "tiny.yaml"
+    path.write_text(yaml.safe_dump({"suite": "tiny-repro", "version": 1, "base": base,
+                                    "grid": {"algorithm": ["grpo", "naive"], "delay": [0]}, "seeds": [0, 1]}))
+    suite = load_suite(path)
+    suite_dir = trialdir.suite_results_dir(root / "results", suite.name)
+    run_in_process(suite, expand(suite), root / "results")
+    shutil.copyfile(path, suite_dir / "suite.yaml")
+    return suite_dir
+
+
+def copy_of(committed: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "committed" / committed.name
+    shutil.copytree(committed, out)
+    return out
+
+
+def set_final_acc(trial_dir: Path, acc: float) -> None:
+    rows = trialdir.read_evals(trial_dir)
+    rows[-1]["eval/acc"] = acc
+    (trial_dir / trialdir.EVALS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def set_float_path(trial_dir: Path, path: str) -> None:
+    prov = trialdir.read_provenance(trial_dir)
+    prov["numerics"]["float_path"] = path
+    (trial_dir / trialdir.PROVENANCE).write_text(json.dumps(prov))
+
+
+def verdicts(rows) -> dict[str, str]:
+    return {cell: verdict for cell, verdict, _ in rows}
+
+
+def test_a_rerun_on_the_same_float_path_is_identical_and_a_changed_number_differs(committed, tmp_path):
+    prov = trialdir.read_provenance(committed / "grpo-d0-s0")
+    assert prov["numerics"]["float_path"] == "aten=avx2 mkl=compatible" or not prov["numerics"]["pinned"]
+    text, rows = reproduce(committed, [], tmp_path / "results", run_in_process)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "identical", "algorithm=naive delay=0": "identical"}, text
+    # the same committed trials with one number changed: the reruns (kept, not rerun) no longer match
+    changed = copy_of(committed, tmp_path)
+    set_final_acc(changed / "naive-d0-s1", 0.5)
+    text, rows = reproduce(changed, ["algorithm=naive"], tmp_path / "results", run_in_process)
+    assert verdicts(rows) == {"algorithm=naive delay=0": "DIFFERS"}, text
+    assert "naive-d0-s1 has the committed float path" in text and "eval step 6: eval/acc 0.5 -> 0.0" in text
+
+
+def test_another_float_path_is_tested_with_the_interval_of_the_difference(committed, tmp_path):
+    finals = [trialdir.read_evals(committed / f"grpo-d0-s{s}")[-1]["eval/acc"] for s in (0, 1)]
+    assert finals == [0.0, 0.0]             # a random-init model answers none of the 32 problems
+    other = copy_of(committed, tmp_path)
+    for s in (0, 1):
+        for algo in ("grpo", "naive"):
+            set_float_path(other / f"{algo}-d0-s{s}", "aten=avx512 mkl=auto")
+    # grpo, committed finals (1/32, 0) vs rerun (0, 0): difference -1/64; Welch: se = sqrt(var(1/32, 0)/2)
+    # = sqrt((1/32)^2 / 2 / 2) = 1/64, dof 1, t_0.975 = 12.706 -> -0.0156 +- 0.1985 contains 0: agrees.
+    set_final_acc(other / "grpo-d0-s0", 1 / 32)
+    # naive, committed finals (0.5, 0.5) vs rerun (0, 0): difference -0.5 with no spread: differs.
+    set_final_acc(other / "naive-d0-s0", 0.5)
+    set_final_acc(other / "naive-d0-s1", 0.5)
+    text, rows = reproduce(other, [], tmp_path / "results", run_in_process)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "agrees", "algorithm=naive delay=0": "differs"}, text
+    detail = {cell: d for cell, _, d in rows}
+    assert "-0.016 [-0.214, +0.183]*" in detail["algorithm=grpo delay=0"]
+    assert "-0.500 [-0.500, -0.500]*" in detail["algorithm=naive delay=0"]
+
+
+def test_the_cli_states_its_verdicts_and_refuses_what_is_not_a_results_directory(committed, tmp_path, capsys):
+    code = main(["reproduce", str(committed), "--only", "algorithm=grpo,seed=0", "--results",
+                 str(tmp_path / "results"), "--in-process"])
+    out = capsys.readouterr().out
+    assert code == 0 and "algorithm=grpo delay=0  identical" in out and "identical: 1" in out
+    assert main(["reproduce", str(tmp_path), "--in-process"]) == 2
+    assert "neither raw.tar.gz nor a suite results directory" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="matches no trial"):
+        reproduce(committed, ["algorithm=bapo"], tmp_path / "results", run_in_process)
