@@ -36,6 +36,8 @@ class TuneSpec:
     sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
     delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
                                            # update per batch: there every estimator's gradient equals grpo's
+    seed: int | None = None                # the tuning seed (default: 1000 + the suite's largest seed); never one
+                                           # of the suite's seeds, so a tuned value is never scored on a reported run
 
     def validate(self, suite: Suite) -> None:
         if not 0 < self.low < self.high:
@@ -57,6 +59,12 @@ class TuneSpec:
             build_run_config(suite.base, {self.param: bound})     # a value the setting refuses
         if self.delay is not None and self.delay < 0:
             raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
+        if self.seed is not None and self.seed in suite.seeds:
+            raise ConfigError(f"tune.seed: {self.seed} is one of the suite's reported seeds {suite.seeds}; tune on a "
+                              f"seed the suite does not report (default: {1000 + max(suite.seeds)})")
+
+    def tune_seed(self, suite: Suite) -> int:
+        return self.seed if self.seed is not None else 1000 + max(suite.seeds)
 
     def tune_delay(self, suite: Suite) -> int:
         return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
@@ -79,7 +87,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
                progress: bool = True) -> Path:
     """Search `tune.param` for every estimator of the suite's grid with the same number of trials, at
     `tune.delay` (default: the grid's largest delay, where the estimators differ), the first value of
-    every other grid axis and the first seed; write the best value per
+    every other grid axis and `tune.seed` (never a seed the suite reports); write the best value per
     estimator as suite `overrides:` to results/<suite>/tuned-overrides.yaml and return that path.
 
     Trials live in results/<suite>/tune/<estimator>-<param><value>; an interrupted search starts again
@@ -90,7 +98,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     write_suite_file(suite, suite_dir, say)
     algorithms = [str(a) for a in suite.grid.get("algorithm", [suite.base.get("algorithm", DEFAULT_ESTIMATOR)])]
     delay = spec.tune_delay(suite)
-    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": suite.seeds[0]}
+    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": spec.tune_seed(suite)}
     verify_bases([_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms])
     check_mirrors(suite)
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
@@ -204,7 +212,8 @@ def _write_overrides(suite: Suite, spec: TuneSpec, results: dict[str, list[dict[
     header = [
         f"# Tuned {spec.param} per estimator for suite {suite.name} by `stalebench tune` on {time.strftime('%Y-%m-%d %H:%M')}:",
         (f"# Optuna TPE through Ray Tune, {spec.trials_per_algorithm} trials per estimator, log-uniform in "
-         f"[{spec.low:g}, {spec.high:g}], delay 0, objective: final {spec.metric} ({spec.mode})."),
+         f"[{spec.low:g}, {spec.high:g}], delay {spec.tune_delay(suite)}, seed {spec.tune_seed(suite)}, objective: "
+         f"final {spec.metric} ({spec.mode})."),
         "# To use: copy the `overrides:` mapping into a suite file as its top-level `overrides:` key (keep only",
         "# the estimators that suite runs; the loader rejects overrides for estimators it does not use).",
         *([f"# No completed trial for: {', '.join(missing)} (no override written)."] if missing else []),
