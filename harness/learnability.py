@@ -23,7 +23,8 @@ from .config import build_run_config
 from .trainer import train
 
 PROBE_ESTIMATOR = "grpo"
-PROBE_PROMPTS, PROBE_GROUP = 16, 8           # the benchmark's batch shape (suites/reference*.yaml)
+PROBE_PROMPTS, PROBE_GROUP = 8, 16           # the v2 batch shape (suites/reference-v2.yaml): 128 responses,
+                                             # G = 16 so that fewer groups are all-wrong or all-right
 
 
 class _Recorder:

@@ -95,6 +95,7 @@ class BaseRecipe:
     warmup_max_steps: int = 3000
     warmup_target_acc: float = 0.2         # stop once greedy validation accuracy reaches this
     warmup_seed: int = 0
+    warmup_check_every: int = 5            # steps between validation checks (cumsum's accuracy jumps within ~5 steps)
     eval_size: int = 500                   # the fixed eval set the base accuracy is measured on
     # The learnability probe (harness/learnability.py): on-policy grpo from the candidate on seeds
     # 0..probe_seeds-1; frozen only if every rule below holds. probe_seeds 0: no probe (v1's recipe).
@@ -128,7 +129,7 @@ def build_base(recipe: BaseRecipe, out: Path) -> dict:
     model = Qwen3ForCausalLM(config)
     start = time.time()
     with _threads(BUILD_THREADS):
-        acc, steps = _warm_start(model, tokenizer, task, recipe)
+        acc, steps = _warm_start(model, tokenizer, task, recipe, check_every=recipe.warmup_check_every)
     if not MIN_BASE_ACC <= acc <= MAX_BASE_ACC:
         if recipe.probe_seeds:
                 _record_candidate(recipe, {"warmup_steps": steps, "validation_acc": acc}, [
