@@ -267,7 +267,11 @@ def _cmd_build_base(args) -> int:
         values[key.strip()] = yaml.safe_load(raw)
     recipe = from_dict(BaseRecipe, values, "recipe")
     out = Path(args.out) if args.out else BASES_DIR / recipe.name
-    manifest = build_base(recipe, out)
+    if recipe.probe_seeds:
+        from .learnability import build_probed_base
+        manifest = build_probed_base(recipe, out)
+    else:
+        manifest = build_base(recipe, out)
     print(f"base {manifest['name']}: sha256 {manifest['sha256']}, {manifest['warmup_steps']} warm-up steps, "
           f"eval acc {manifest['eval_acc']:.3f} on {manifest['eval_size']} problems -> {out}")
     if "probe" in manifest:

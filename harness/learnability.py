@@ -15,11 +15,18 @@ mean response length) goes into the candidate's manifest and into harness/base_m
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
+from .base_models import MANIFEST, BaseModelError
 from .config import build_run_config
+from .models import CANDIDATES, record_candidate, save_base, warm_start_base
+from .tasks import make_task
 from .trainer import train
 
 PROBE_ESTIMATOR = "grpo"
@@ -96,3 +103,25 @@ def judge(runs: list[dict[str, Any]], recipe: Any) -> dict[str, Any]:
             "zero_adv_frac": round(zero_adv, 4), "len_mean": round(statistics.mean(r["len_mean"] for r in runs), 3),
             "entropy_step1": round(statistics.mean(r["entropy_step1"] for r in runs), 4),
             "step_s": round(statistics.median(r["step_s"] for r in runs), 4), "runs": runs}
+
+
+def build_probed_base(recipe: Any, out: Path) -> dict:
+    """Build candidate base `recipe` (a models.BaseRecipe with probe_seeds > 0), save it beside `out`, probe its
+    learnability, and move it to `out` only if the probe is accepted; returns the manifest."""
+    model, tokenizer, steps, acc, start = warm_start_base(recipe, out)
+    candidate = out.with_name(f".candidate-{out.name}")
+    shutil.rmtree(candidate, ignore_errors=True)
+    manifest = save_base(model, tokenizer, recipe, candidate, steps, acc, time.time() - start)
+    max_new_tokens = getattr(make_task(recipe.task, eval_size=recipe.eval_size), "max_response_tokens", 8)
+    probe = run_probe(candidate, recipe, max_new_tokens)
+    summary = {k: manifest[k] for k in ("sha256", "warmup_steps", "validation_acc", "eval_acc",
+                                        "eval_acc_by_answer_len")}
+    record_candidate(recipe, {**summary, "probe": {k: v for k, v in probe.items() if k != "runs"}}, probe["reasons"])
+    if not probe["accepted"]:
+        shutil.rmtree(candidate, ignore_errors=True)
+        raise BaseModelError(f"build-base: candidate {recipe.name!r} rejected by its learnability probe: "
+                             f"{'; '.join(probe['reasons'])} (recorded in {CANDIDATES.name}); try another warmup_seed")
+    manifest = {**manifest, "probe": probe, "build_s": round(time.time() - start, 1)}
+    (candidate / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(candidate, out)
+    return manifest

@@ -109,7 +109,18 @@ class BaseRecipe:
 
 
 def build_base(recipe: BaseRecipe, out: Path) -> dict:
-    """Build, validate and save base `recipe` to `out` with its manifest; returns the manifest."""
+    """Build, validate and save base `recipe` to `out` with its manifest; returns the manifest. A recipe with a
+    learnability probe (probe_seeds > 0) is built by harness.learnability.build_probed_base instead."""
+    if recipe.probe_seeds:
+        raise BaseModelError("build-base: this recipe has a learnability probe (probe_seeds > 0); build it with "
+                             "harness.learnability.build_probed_base (`stalebench build-base` does)")
+    model, tokenizer, steps, acc, start = warm_start_base(recipe, out)
+    return save_base(model, tokenizer, recipe, out, steps, acc, time.time() - start)
+
+
+def warm_start_base(recipe: BaseRecipe, out: Path):
+    """(model, tokenizer, warm-up steps, validation accuracy, start time) of a new base `recipe`, refusing an
+    existing `out` and a warm start that ends outside the accepted accuracy band."""
     from .tasks import make_task
 
     vocabs = task_vocabularies()
@@ -132,41 +143,14 @@ def build_base(recipe: BaseRecipe, out: Path) -> dict:
         acc, steps = _warm_start(model, tokenizer, task, recipe, check_every=recipe.warmup_check_every)
     if not MIN_BASE_ACC <= acc <= MAX_BASE_ACC:
         if recipe.probe_seeds:
-                _record_candidate(recipe, {"warmup_steps": steps, "validation_acc": acc}, [
+            record_candidate(recipe, {"warmup_steps": steps, "validation_acc": acc}, [
                 f"warm start ended at validation accuracy {acc:.3f} (need {MIN_BASE_ACC}..{MAX_BASE_ACC})"])
         raise BaseModelError(f"build-base: the warm start ended at greedy accuracy {acc:.2f} after {steps} steps "
                              f"(need {MIN_BASE_ACC}..{MAX_BASE_ACC}); change warmup_seed or warmup_target_acc")
-    if not recipe.probe_seeds:
-        return save_base(model, tokenizer, recipe, out, steps, acc, time.time() - start)
-    return _probe_and_freeze(model, tokenizer, recipe, out, steps, acc, start)
+    return model, tokenizer, steps, acc, start
 
 
-def _probe_and_freeze(model, tokenizer, recipe: BaseRecipe, out: Path, steps: int, acc: float, start: float) -> dict:
-    """Save the candidate beside `out`, probe its learnability, and move it to `out` only if accepted."""
-    import shutil
-
-    from .learnability import run_probe
-    from .tasks import make_task
-
-    candidate = out.with_name(f".candidate-{out.name}")
-    shutil.rmtree(candidate, ignore_errors=True)
-    manifest = save_base(model, tokenizer, recipe, candidate, steps, acc, time.time() - start)
-    max_new_tokens = getattr(make_task(recipe.task, eval_size=recipe.eval_size), "max_response_tokens", 8)
-    probe = run_probe(candidate, recipe, max_new_tokens)
-    summary = {k: manifest[k] for k in ("sha256", "warmup_steps", "validation_acc", "eval_acc",
-                                        "eval_acc_by_answer_len")}
-    _record_candidate(recipe, {**summary, "probe": {k: v for k, v in probe.items() if k != "runs"}}, probe["reasons"])
-    if not probe["accepted"]:
-        shutil.rmtree(candidate, ignore_errors=True)
-        raise BaseModelError(f"build-base: candidate {recipe.name!r} rejected by its learnability probe: "
-                             f"{'; '.join(probe['reasons'])} (recorded in {CANDIDATES.name}); try another warmup_seed")
-    manifest = {**manifest, "probe": probe, "build_s": round(time.time() - start, 1)}
-    (candidate / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(candidate, out)
-    return manifest
-
-
-def _record_candidate(recipe: BaseRecipe, record: dict, reasons: list[str]) -> None:
+def record_candidate(recipe: BaseRecipe, record: dict, reasons: list[str]) -> None:
     """Append one line to harness/base_models/candidates.jsonl: every candidate built, accepted or not, and why."""
     line = {"name": recipe.name, "recipe": asdict(recipe), "accepted": not reasons, "reasons": reasons, **record,
             "cpu": cpu_name(), "torch": torch.__version__, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
