@@ -123,3 +123,15 @@ def test_supervised_batch_pads_variable_answers_and_labels_only_answers() -> Non
 def test_accuracy_by_length_groups_by_answer_length() -> None:
     problems = [Problem("", "12345", "a"), Problem("", "12345", "b"), Problem("", "123456", "c")]
     assert accuracy_by_length(problems, [1.0, 0.0, 1.0]) == {"5": 0.5, "6": 1.0}
+
+
+def test_the_frozen_v2_base_matches_the_task_and_passed_its_probe() -> None:
+    from harness.base_models import BASES_DIR, verify_base
+
+    manifest = verify_base(BASES_DIR / "tiny-cumsum-v2a")            # every file's sha256
+    assert manifest["eval_size"] == 2500 and manifest["eval_set_sha256"] == EVAL_2500_SHA256
+    probe, rule = manifest["probe"], manifest["probe"]["rule"]
+    assert probe["accepted"] and probe["reasons"] == [] and rule["seeds"] >= 3
+    finals = [run["curve"][-1][1] for run in probe["runs"]]
+    assert probe["gain"] >= rule["min_gain"] and probe["seed_sd"] <= rule["max_seed_sd"]
+    assert probe["zero_adv_frac"] <= rule["max_zero_adv"] and min(finals) > manifest["eval_acc"]
