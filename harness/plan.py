@@ -15,8 +15,11 @@ from pathlib import Path
 from . import trialdir
 from .suite import Suite, expand, select_trials, trial_count
 
-TINY_STEP_S = {"addrev": 0.084}   # s per 128-response step, one thread (benchmarks/README.md)
-TINY_EVAL_S = {}     # s per held-out evaluation
+# s per 128-response step and per held-out evaluation, one thread, idle machine (benchmarks/README.md): addrev
+# measured; cumsum = addrev's 0.084 s x 3.51, the paired v2/v1 step ratio of benchmarks/v2_step_cost.py, and its
+# 2,500-problem evaluation = 9.92 CPU s x (0.084 / 0.193), v1's idle / loaded step ratio (measured at load 8.5).
+TINY_STEP_S = {"addrev": 0.084, "cumsum": 0.295}
+TINY_EVAL_S = {"cumsum": 4.3}
 TINY_RESPONSES = 128
 # GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
 # (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
