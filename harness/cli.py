@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     bb = sub.add_parser("build-base", help="build a new frozen base checkpoint version (minutes; differs across CPUs)")
     bb.add_argument("--name", required=True, help="the new version's name, e.g. tiny-addrev-v2")
     bb.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="a recipe setting (hidden_size, num_layers, warmup_seed, warmup_target_acc, ...)")
+                    help="a recipe setting (task, hidden_size, warmup_seed, warmup_target_acc, probe_seeds, ...)")
     bb.add_argument("--out", default=None, help="output directory (default: harness/base_models/<name>)")
     return p
 
@@ -324,9 +324,18 @@ def _cmd_build_base(args) -> int:
         values[key.strip()] = yaml.safe_load(raw)
     recipe = from_dict(BaseRecipe, values, "recipe")
     out = Path(args.out) if args.out else BASES_DIR / recipe.name
-    manifest = build_base(recipe, out)
+    if recipe.probe_seeds:
+        from .learnability import build_probed_base
+        manifest = build_probed_base(recipe, out)
+    else:
+        manifest = build_base(recipe, out)
     print(f"base {manifest['name']}: sha256 {manifest['sha256']}, {manifest['warmup_steps']} warm-up steps, "
           f"eval acc {manifest['eval_acc']:.3f} on {manifest['eval_size']} problems -> {out}")
+    if "probe" in manifest:
+        pr = manifest["probe"]
+        print(f"learnability probe (on-policy grpo, {pr['rule']['seeds']} seeds x {pr['rule']['steps']} steps): gain "
+              f"{pr['gain']:+.3f}, seed SD {pr['seed_sd']:.3f}, zero-advantage groups {pr['zero_adv_frac']:.2f}, "
+              f"mean response {pr['len_mean']:.1f} tokens: accepted")
     print(f"use it with model: {{kind: tiny, base: {recipe.name}}} (a new base is a new benchmark: "
           f"compare results only within one base)")
     return 0

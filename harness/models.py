@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from .base_models import MANIFEST, BaseModelError, base_identity, read_manifest, sha256_file
+from .base_models import BASES_DIR, MANIFEST, BaseModelError, base_identity, read_manifest, sha256_file
 from .config import ModelConfig
 from .provenance import cpu_name
 
 PAD, EOS = "<pad>", "<eos>"
 BUILD_THREADS = 1                       # the warm start's result depends on the thread count: pin it
 MIN_BASE_ACC, MAX_BASE_ACC = 0.10, 0.60
+CANDIDATES = BASES_DIR / "candidates.jsonl"      # every candidate base built with a probe, and its verdict
 
 
 def char_tokenizer(chars: list[str]) -> PreTrainedTokenizerFast:
@@ -94,11 +95,32 @@ class BaseRecipe:
     warmup_max_steps: int = 3000
     warmup_target_acc: float = 0.2         # stop once greedy validation accuracy reaches this
     warmup_seed: int = 0
+    warmup_check_every: int = 5            # steps between validation checks (cumsum's accuracy jumps within ~5 steps)
     eval_size: int = 500                   # the fixed eval set the base accuracy is measured on
+    # The learnability probe (harness/learnability.py): on-policy grpo from the candidate on seeds
+    # 0..probe_seeds-1; frozen only if every rule below holds. probe_seeds 0: no probe (v1's recipe).
+    probe_seeds: int = 0
+    probe_steps: int = 200
+    probe_lr: float = 1e-4
+    probe_eval_every: int = 50
+    probe_min_gain: float = 0.30           # mean final − start held-out greedy accuracy
+    probe_max_seed_sd: float = 0.03        # sample SD of the seeds' final accuracies
+    probe_max_zero_adv: float = 0.30       # mean fraction of groups with G equal rewards
 
 
 def build_base(recipe: BaseRecipe, out: Path) -> dict:
-    """Build, validate and save base `recipe` to `out` with its manifest; returns the manifest."""
+    """Build, validate and save base `recipe` to `out` with its manifest; returns the manifest. A recipe with a
+    learnability probe (probe_seeds > 0) is built by harness.learnability.build_probed_base instead."""
+    if recipe.probe_seeds:
+        raise BaseModelError("build-base: this recipe has a learnability probe (probe_seeds > 0); build it with "
+                             "harness.learnability.build_probed_base (`stalebench build-base` does)")
+    model, tokenizer, steps, acc, start = warm_start_base(recipe, out)
+    return save_base(model, tokenizer, recipe, out, steps, acc, time.time() - start)
+
+
+def warm_start_base(recipe: BaseRecipe, out: Path):
+    """(model, tokenizer, warm-up steps, validation accuracy, start time) of a new base `recipe`, refusing an
+    existing `out` and a warm start that ends outside the accepted accuracy band."""
     from .tasks import make_task, registered, task_entry
 
     synthetic = [t.name for t in registered() if t.vocab is not None]
@@ -119,16 +141,28 @@ def build_base(recipe: BaseRecipe, out: Path) -> dict:
     model = Qwen3ForCausalLM(config)
     start = time.time()
     with _threads(BUILD_THREADS):
-        acc, steps = _warm_start(model, tokenizer, task, recipe)
-        if not MIN_BASE_ACC <= acc <= MAX_BASE_ACC:
-            raise BaseModelError(f"build-base: the warm start ended at greedy accuracy {acc:.2f} after {steps} steps "
-                                 f"(need {MIN_BASE_ACC}..{MAX_BASE_ACC}); change warmup_seed or warmup_target_acc")
-    return save_base(model, tokenizer, recipe, out, steps, acc, time.time() - start)
+        acc, steps = _warm_start(model, tokenizer, task, recipe, check_every=recipe.warmup_check_every)
+    if not MIN_BASE_ACC <= acc <= MAX_BASE_ACC:
+        if recipe.probe_seeds:
+            record_candidate(recipe, {"warmup_steps": steps, "validation_acc": acc}, [
+                f"warm start ended at validation accuracy {acc:.3f} (need {MIN_BASE_ACC}..{MAX_BASE_ACC})"])
+        raise BaseModelError(f"build-base: the warm start ended at greedy accuracy {acc:.2f} after {steps} steps "
+                             f"(need {MIN_BASE_ACC}..{MAX_BASE_ACC}); change warmup_seed or warmup_target_acc")
+    return model, tokenizer, steps, acc, start
+
+
+def record_candidate(recipe: BaseRecipe, record: dict, reasons: list[str]) -> None:
+    """Append one line to harness/base_models/candidates.jsonl: every candidate built, accepted or not, and why."""
+    line = {"name": recipe.name, "recipe": asdict(recipe), "accepted": not reasons, "reasons": reasons, **record,
+            "cpu": cpu_name(), "torch": torch.__version__, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with open(CANDIDATES, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def save_base(model, tokenizer, recipe: BaseRecipe, out: Path, warmup_steps: int, validation_acc: float,
-              build_s: float) -> dict:
-    """Measure a built base on the task's fixed eval set and save it with its manifest (atomically)."""
+              build_s: float, extra: dict | None = None) -> dict:
+    """Measure a built base on the task's fixed eval set (overall and by answer length) and save it with its
+    manifest (atomically); `extra` (e.g. the learnability probe's record) joins the manifest."""
     from .rollout.hf import HFEngine
     from .tasks import make_task
 
@@ -136,7 +170,8 @@ def save_base(model, tokenizer, recipe: BaseRecipe, out: Path, warmup_steps: int
     task = make_task(recipe.task, eval_size=recipe.eval_size)
     eval_problems = task.problems("eval", None, 0)
     with _threads(BUILD_THREADS):
-        eval_acc = greedy_accuracy(HFEngine(model, tokenizer), task, eval_problems)
+        rewards = greedy_rewards(HFEngine(model, tokenizer), task, eval_problems)
+    eval_acc = sum(rewards) / len(rewards)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -146,7 +181,8 @@ def save_base(model, tokenizer, recipe: BaseRecipe, out: Path, warmup_steps: int
                 "eval_set_sha256": problems_sha256(eval_problems), "eval_size": len(eval_problems),
                 "eval_acc": eval_acc, "built_with": {"torch": torch.__version__, "threads": BUILD_THREADS,
                                                       "cpu": cpu_name(), "machine": platform.machine()},
-                "build_s": round(build_s, 1)}
+                "build_s": round(build_s, 1), "eval_acc_by_answer_len": accuracy_by_length(eval_problems, rewards),
+                **(extra or {})}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(tmp, out)
     return manifest
@@ -177,14 +213,10 @@ def _warm_start(model, tokenizer, task, cfg: BaseRecipe, batch: int = 256, check
     val = task.problems("train", size=256, seed=cfg.warmup_seed + 10_000)   # disjoint from the eval split
     engine = HFEngine(model, tokenizer)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr, betas=(0.9, 0.99), weight_decay=0.0)
-    prompt_len = len(tokenizer(train[0].prompt, add_special_tokens=False)["input_ids"])
     acc, in_band = 0.0, None
     for step in range(1, cfg.warmup_max_steps + 1):
         chunk = train[((step - 1) % 64) * batch: ((step - 1) % 64 + 1) * batch]
-        enc = tokenizer([p.prompt + p.answer for p in chunk], add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([e + [tokenizer.eos_token_id] for e in enc])          # equal lengths for addrev
-        labels = ids.clone()
-        labels[:, :prompt_len] = -100
+        ids, labels = _supervised_batch(tokenizer, chunk)
         loss = model(input_ids=ids, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -201,6 +233,36 @@ def _warm_start(model, tokenizer, task, cfg: BaseRecipe, batch: int = 256, check
     return acc, step
 
 
-def greedy_accuracy(engine, task, problems, max_new_tokens: int = 8) -> float:
+def _supervised_batch(tokenizer, problems) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, labels) of prompt + answer + <eos>, right-padded; labels -100 on the prompt and the padding.
+    Padding sits after every real token, so causal attention never sees it and no mask is needed (addrev's
+    rows are all one length: no padding, the tensors v1's base was built with)."""
+    prompts = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
+    answers = tokenizer([p.answer for p in problems], add_special_tokens=False)["input_ids"]
+    width = max(len(p) + len(a) + 1 for p, a in zip(prompts, answers))
+    ids = torch.full((len(problems), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(problems), width), -100, dtype=torch.long)
+    for i, (p, a) in enumerate(zip(prompts, answers)):
+        row = p + a + [tokenizer.eos_token_id]
+        ids[i, :len(row)] = torch.tensor(row)
+        labels[i, len(p):len(row)] = torch.tensor(a + [tokenizer.eos_token_id])
+    return ids, labels
+
+
+def greedy_rewards(engine, task, problems) -> list[float]:
+    """Each problem's reward for the greedy response (at most the task's longest answer + <eos>)."""
+    max_new_tokens = getattr(task, "max_response_tokens", 8)
     out = engine.generate([p.prompt for p in problems], n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=0)
-    return sum(task.reward(text, p) for text, p in zip(out.texts, problems)) / len(problems)
+    return [task.reward(text, p) for text, p in zip(out.texts, problems)]
+
+
+def greedy_accuracy(engine, task, problems) -> float:
+    return sum(greedy_rewards(engine, task, problems)) / len(problems)
+
+
+def accuracy_by_length(problems, rewards) -> dict[str, float]:
+    """Accuracy per answer length (cumsum: the difficulty n), keys sorted by length."""
+    by: dict[int, list[float]] = {}
+    for p, r in zip(problems, rewards):
+        by.setdefault(len(p.answer), []).append(r)
+    return {str(n): round(sum(v) / len(v), 4) for n, v in sorted(by.items())}

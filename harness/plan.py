@@ -1,8 +1,10 @@
 """`stalebench run --dry-run`: what a run would do — the trials, the axes, and a cost estimate.
 
 The estimate is steps × seconds per step ÷ parallel trials. Seconds per step come from this suite's own
-finished steps when results exist (median `perf/step_s`), else from the measured default of the CPU
-default model (benchmarks/README.md), else it is unknown. Evaluation time is not included.
+finished steps when results exist (median `perf/step_s`), else from the measured cost of the tiny base's
+task (benchmarks/README.md), else it is unknown. Tiny bases add their measured evaluation time. For a GPU
+suite (a local model on `resources.gpu` GPUs) the line after is a projection of GPU-hours from arithmetic
+(gpu_projection), not a measurement.
 """
 from __future__ import annotations
 
@@ -10,14 +12,26 @@ import os
 import statistics
 from pathlib import Path
 
-from . import trialdir
+from . import numerics, trialdir
 from .suite import Suite, Trial, expand, select_trials, trial_count
 
-# s per step of the CPU default, 16 prompts x 8 responses, one thread, by model.forward (benchmarks/README.md:
-# hf measured on an idle machine; lean = hf's / 1.08, the median of four paired lean-vs-hf CPU-time ratios
-# of benchmarks/train_throughput.py (1.04-1.15) on a loaded machine, where no idle figure could be taken)
-TINY_STEP_S = {"hf": 0.084, "lean": 0.078}
-TINY_RESPONSES = 16 * 8
+# s per 128-response step and per held-out evaluation, one thread, idle machine, native float path
+# (benchmarks/README.md): addrev measured; cumsum = addrev's 0.084 s x 3.51, the paired v2/v1 step ratio of
+# benchmarks/v2_step_cost.py, and its 2,500-problem evaluation = 9.92 CPU s x (0.084 / 0.193), v1's idle / loaded
+# step ratio (measured at load 8.5). The lean forward: hf's / 1.08, the median of four paired lean-vs-hf CPU-time
+# ratios of benchmarks/train_throughput.py on addrev (1.04-1.15, loaded machine); not measured on cumsum.
+TINY_STEP_S = {"addrev": 0.084, "cumsum": 0.295}
+TINY_EVAL_S = {"cumsum": 4.3}
+TINY_RESPONSES = 128
+LEAN_SPEEDUP = 1.08
+# The pinned float path (harness/numerics.py) costs 0.280 / 0.183 = 1.53x the native path's CPU s per step
+# (benchmarks/float_paths.py, paired, benchmarks/README.md); the figures above are native-path ones.
+PINNED_FACTOR = 1.53
+# GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
+# (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
+# bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at
+# max_new_tokens), so the projection is an upper bound on arithmetic and silent on communication and idle time.
+GPU_PEAK_FLOPS, GPU_ASSUMED_MFU, PROMPT_TOKENS_ASSUMED = 989e12, 0.25, 256
 
 
 def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Trial] | None = None) -> str:
@@ -41,13 +55,48 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     step_s, source = _step_seconds(suite_dir, trials)
     processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
     parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
+    todo = [t for t in trials if t not in done]
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
-        hours = steps * step_s / parallel / 3600
+        evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
+        eval_s = TINY_EVAL_S.get(trials[0].config.task.name, 0.0) if trials[0].config.model.kind == "tiny" else 0.0
+        train_min = steps * step_s / parallel / 60
         lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
-                     f"~ {hours * 60:.0f} min of training (evaluation not included)")
+                     f"~ {train_min:.0f} min of training" + (
+                         f" + {evals} evaluations x {eval_s:.1f} s / {parallel} ~ {evals * eval_s / parallel / 60:.0f} min "
+                         f"of evaluation = {train_min + evals * eval_s / parallel / 60:.0f} min" if eval_s else
+                         " (evaluation not included)"))
+    if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
+        lines.append(gpu_projection(todo, suite.resources.gpu))
     return "\n".join(lines)
+
+
+def model_parameters(path: str) -> tuple[float | None, str]:
+    """N of a local model: from its config.json when present, else from a size in its name ("Qwen3-1.7B")."""
+    import json
+    import re
+    config = Path(path) / "config.json"
+    if config.is_file():
+        c = json.loads(config.read_text())
+        h, layers, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+        return float(layers * (4 * h * h + 3 * h * inter) + vocab * h), "config.json"
+    match = re.search(r"(\d+(?:\.\d+)?)B\b", Path(path).name)
+    return (float(match.group(1)) * 1e9, f"the size in its name {Path(path).name!r}") if match else (None, "")
+
+
+def gpu_projection(trials, gpus_per_trial: float) -> str:
+    """Projected GPU-hours of `trials` (local models on GPUs) from token counts and FLOPs; see the constants."""
+    n, where = model_parameters(trials[0].config.model.path)
+    if n is None:
+        return "gpu: GPU-hours unknown (the model's size is neither in config.json nor in its directory name)"
+    flops = sum(t.config.train.steps * t.config.train.prompts_per_step * t.config.group_size
+                * (PROMPT_TOKENS_ASSUMED + t.config.train.max_new_tokens) * 8 * n for t in trials)
+    hours = flops / (GPU_PEAK_FLOPS * GPU_ASSUMED_MFU) / 3600
+    return (f"gpu: projected <= {hours:,.0f} GPU-hours of arithmetic ({n / 1e9:.2f}B parameters from {where}; 8N FLOPs "
+            f"per token, <= {PROMPT_TOKENS_ASSUMED} prompt + max_new_tokens response tokens, "
+            f"{GPU_ASSUMED_MFU:.0%} of {GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16); {gpus_per_trial:g} GPU(s) per trial "
+            f"-> {hours / gpus_per_trial:,.0f} h of wall time if trials run one at a time")
 
 
 def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
@@ -55,12 +104,16 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
                 for r in trialdir.read_metrics(suite_dir / t.trial_id) if "perf/step_s" in r]
     if measured:
         return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
-    if all(t.config.model.kind == "tiny" for t in trials):
+    tasks = {t.config.task.name for t in trials}
+    if all(t.config.model.kind == "tiny" for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
+        task = next(iter(tasks))
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
         forwards = sorted({t.config.model.forward for t in trials})
-        step_s = statistics.mean(TINY_STEP_S[t.config.model.forward] * t.config.train.prompts_per_step
-                                 * t.config.group_size / TINY_RESPONSES for t in trials)
-        return (step_s, f"the tiny CPU model's measured s per {TINY_RESPONSES}-response step with the "
-                        f"{' and '.join(forwards)} forward ({', '.join(str(TINY_STEP_S[f]) for f in forwards)}), "
-                        f"scaled to this suite's {responses:.0f} responses per step")
+        pinned = PINNED_FACTOR if numerics.rule() == "pinned" else 1.0
+        step_s = statistics.mean(TINY_STEP_S[task] * pinned / (LEAN_SPEEDUP if t.config.model.forward == "lean" else 1)
+                                 * t.config.train.prompts_per_step * t.config.group_size / TINY_RESPONSES for t in trials)
+        return (step_s, f"the tiny CPU model's measured {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
+                        f"with the {' and '.join(forwards)} forward"
+                        + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
+                        + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""

@@ -98,8 +98,10 @@ class TuneSpec:
     sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
     delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
                                            # update per batch: there every estimator's gradient equals grpo's
+    seed: int | None = None                # the tuning seed (default: 1000 + the suite's largest seed); never one
+                                           # of the suite's seeds, so a tuned value is never scored on a reported run
 
-    def validate(self, base: RunConfig) -> None:
+    def validate(self, base: RunConfig, seeds: list[int]) -> None:
         if not 0 < self.low < self.high:
             raise ConfigError(f"tune.low, tune.high: need 0 < low < high (a log-uniform range); got {self.low}, {self.high}")
         if self.trials_per_algorithm < 1:
@@ -117,6 +119,12 @@ class TuneSpec:
             raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
         if self.delay is not None and self.delay < 0:
             raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
+        if self.seed is not None and self.seed in seeds:
+            raise ConfigError(f"tune.seed: {self.seed} is one of the suite's reported seeds {seeds}; tune on a "
+                              f"seed the suite does not report (default: {1000 + max(seeds)})")
+
+    def tune_seed(self, suite: Suite) -> int:
+        return self.seed if self.seed is not None else 1000 + max(suite.seeds)
 
     def tune_delay(self, suite: Suite) -> int:
         return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
@@ -277,5 +285,5 @@ def _tune(value: Any, suite: Suite) -> TuneSpec | None:
             if key not in value:
                 raise ConfigError(f"tune.{key}: required (the log-uniform search range)")
     spec = _section(TuneSpec, value, "tune", "{param: train.lr, low: 1e-5, high: 1e-3, trials_per_algorithm: 8}")
-    spec.validate(suite.base_config())
+    spec.validate(suite.base_config(), suite.seeds)
     return spec

@@ -309,6 +309,21 @@ def test_tune_section_is_strict(tiny_base):
         assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+def test_tune_never_tunes_on_a_reported_seed(tiny_base):
+    from harness.runner import parse_tune
+
+    def suite(**tune):
+        return parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis"]}, "seeds": [0, 1, 7],
+                            "tune": {"param": "train.lr", "low": 1e-5, "high": 1e-3, **tune}})
+
+    s = suite()
+    assert parse_tune(s).tune_seed(s) == 1007                        # 1000 + the largest reported seed
+    s = suite(seed=42)
+    assert parse_tune(s).tune_seed(s) == 42
+    with pytest.raises(ConfigError, match=r"tune.seed: 1 is one of the suite's reported seeds \[0, 1, 7\]"):
+        parse_tune(suite(seed=1))
+
+
 def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
     from harness.runner.search import _write_overrides, parse_tune
 

@@ -38,7 +38,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
                progress: bool = True) -> Path:
     """Search `tune.param` for every estimator of the suite's grid with the same number of trials, at
     `tune.delay` (default: the grid's largest delay, where the estimators differ), the first value of
-    every other grid axis and the first seed; write the best value per
+    every other grid axis and `tune.seed` (never a seed the suite reports); write the best value per
     estimator as suite `overrides:` to results/<suite>/tuned-overrides.yaml and return that path.
 
     Trials live in results/<suite>/tune/<estimator>-<param><value>; an interrupted search starts again
@@ -47,7 +47,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     say = printer(progress)
     algorithms = suite.algorithms
     delay = spec.tune_delay(suite)
-    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": suite.seeds[0]}
+    fixed = {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": delay, "seed": spec.tune_seed(suite)}
     examples = [_tune_trial(suite, spec, a, fixed, spec.low) for a in algorithms]   # one per estimator
     suite_dir = SuiteSession.open(suite, examples, Path(results_root), on_change=None).suite_dir
     say(f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(algorithms)}: "
@@ -161,7 +161,8 @@ def _write_overrides(suite: Suite, spec: TuneSpec, results: dict[str, list[dict[
     header = [
         f"# Tuned {spec.param} per estimator for suite {suite.name} by `stalebench tune` on {time.strftime('%Y-%m-%d %H:%M')}:",
         (f"# Optuna TPE through Ray Tune, {spec.trials_per_algorithm} trials per estimator, log-uniform in "
-         f"[{spec.low:g}, {spec.high:g}], delay 0, objective: final {spec.metric} ({spec.mode})."),
+         f"[{spec.low:g}, {spec.high:g}], delay {spec.tune_delay(suite)}, seed {spec.tune_seed(suite)}, objective: "
+         f"final {spec.metric} ({spec.mode})."),
         "# To use: copy the `overrides:` mapping into a suite file as its top-level `overrides:` key (keep only",
         "# the estimators that suite runs; the loader rejects overrides for estimators it does not use).",
         *([f"# No completed trial for: {', '.join(missing)} (no override written)."] if missing else []),

@@ -1,0 +1,21 @@
+"""The dry-run's GPU-hour projection (harness/plan.py): arithmetic checked by hand."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from harness.config import build_run_config
+from harness.plan import gpu_projection, model_parameters
+
+
+def test_model_parameters_from_the_name_when_no_config_is_there(tmp_path):
+    assert model_parameters(str(tmp_path / "Qwen3-1.7B")) == (1.7e9, "the size in its name 'Qwen3-1.7B'")
+    assert model_parameters(str(tmp_path / "my-model"))[0] is None
+
+
+def test_gpu_projection_by_hand(tmp_path):
+    cfg = build_run_config({"model": {"kind": "path", "path": str(tmp_path / "Qwen3-1.7B")}, "group_size": 16,
+                            "train": {"steps": 100_000, "prompts_per_step": 8, "max_new_tokens": 744}})
+    # FLOPs = steps 1e5 x 128 responses x (256 + 744 = 1000 tokens) x 8 x 1.7e9 = 1.7408e20;
+    # / (989e12 x 0.25 = 2.4725e14 FLOP/s) = 704,065 s = 195.6 h; with 2 GPUs per trial 97.8 h of wall time
+    line = gpu_projection([SimpleNamespace(config=cfg)], 2)
+    assert "projected <= 196 GPU-hours" in line and "-> 98 h of wall time" in line
