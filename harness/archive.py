@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from . import trialdir
 
-SUITE_FILE = "suite.yaml"
+SUITE_FILE = trialdir.SUITE_FILE
 ARCHIVE_NAME = "raw.tar.gz"
 MAX_MEMBER_BYTES = 512 * 2**20   # one metrics.jsonl of a long run stays far below this
 MAX_TOTAL_BYTES = 8 * 2**30

@@ -33,7 +33,7 @@ def compute(trials: list) -> dict[str, Any]:
     configs: dict[tuple, dict[tuple, tuple]] = {}      # (updates, aggregation) -> key -> (name, eps, params)
     for t in trials:
         c = t.config
-        if (c.delay == 0 and c.async_ is None) or c.lab is not None:     # on-policy: every estimator is grpo
+        if c.delay == 0 and c.async_ is None:                 # on-policy: every estimator's gradient is grpo's
             continue
         key = (c.algorithm, float(c.eps), json.dumps(dict(c.params), sort_keys=True, default=str))
         configs.setdefault((c.train.updates_per_batch, c.train.aggregation), {})[key] = (c.algorithm, float(c.eps),

@@ -31,10 +31,9 @@ from typing import Any
 
 from . import trialdir
 from .config import ConfigError, RunConfig, to_dict
-from .suite import Suite, Trial, expand, load_suite, select_trials
-
-SUITE_FILE = "suite.yaml"
-ARCHIVE = "raw.tar.gz"
+from .archive import ARCHIVE_NAME as ARCHIVE, open_archive
+from .suite import Suite, Trial, load_suite_trials, select_trials
+from .trialdir import SUITE_FILE
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
 SAME_PATH_KEYS = ("float_path", "torch", "mkl", "threads")     # numerics fields that fix the numbers
 
@@ -45,11 +44,6 @@ def committed_results(report_dir: Path) -> Iterator[Path]:
     directory (removed afterwards), or REPORT_DIR itself when it is a results directory."""
     report_dir = Path(report_dir)
     if (report_dir / ARCHIVE).is_file():
-        try:
-            from .archive import open_archive
-        except ImportError:
-            raise ConfigError(f"{report_dir / ARCHIVE}: this stalebench cannot read raw-trial archives (no "
-                              f"harness/archive.py); pass an unpacked results directory") from None
         unpacked = Path(open_archive(report_dir / ARCHIVE))
         try:
             yield unpacked
@@ -70,9 +64,9 @@ class TrialCheck:
     same_path: bool = False      # committed and new run share float path, torch, MKL, threads
 
 
-def planned(suite: Suite, committed: Path, only: list[str]) -> tuple[list[Trial], list[TrialCheck]]:
+def planned(every: list[Trial], committed: Path, only: list[str]) -> tuple[list[Trial], list[TrialCheck]]:
     """(the finished committed trials to rerun, the ones that cannot be: config changed since)."""
-    trials = [t for t in select_trials(expand(suite), only)
+    trials = [t for t in select_trials(every, only)
               if trialdir.read_status(committed / t.trial_id).get("status") in trialdir.FINAL]
     if not trials:
         raise ConfigError(f"{committed}: no finished trial" + (f" matches --only {' '.join(only)}" if only else ""))
@@ -122,7 +116,7 @@ def check_trial(trial: Trial, committed: Path, rerun: Path) -> TrialCheck:
 
 def _finals(results_dir: Path) -> dict[str, float]:
     """trial id -> final held-out accuracy, scored as the report scores it."""
-    from .report.load import load_suite as load_results
+    from .report.load import load_results
     from .report.tables import analyse
     rows = analyse(load_results(results_dir)).cell_trials.drop_duplicates("trial_id")
     return dict(zip(rows["trial_id"], rows["final_acc"].astype(float)))
@@ -181,8 +175,8 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
     """Rerun REPORT_DIR's finished trials (the --only slice) with `run(suite, trials, out_root)`, which
     writes them to out_root/<suite>/; returns the verdict table and its rows (cell, verdict, detail)."""
     with committed_results(report_dir) as committed:
-        suite = load_suite(committed / SUITE_FILE)
-        rerun, refused = planned(suite, committed, only)
+        suite, every = load_suite_trials(committed / SUITE_FILE)
+        rerun, refused = planned(every, committed, only)
         out_root = Path(results_root) / OUT_DIR
         new_dir = trialdir.suite_results_dir(out_root, suite.name)
         new_dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +184,7 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
         if rerun:
             run(suite, rerun, out_root)
         checks = refused + [check_trial(t, committed, new_dir) for t in rerun]
-        order = {t.trial_id: i for i, t in enumerate(expand(suite))}
+        order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])
         rows = verdicts(checks, committed, new_dir)
     width = max(len(r[0]) for r in rows)
@@ -212,13 +206,10 @@ def run_in_ray(address: str | None) -> Runner:
 
 def run_in_process(suite: Suite, trials: list[Trial], out_root: Path) -> None:
     """Run the trials one after another in this process (as `stalebench train` does), without Ray."""
-    from .base_models import base_identity
-    from .trial import TrialFailed, check_identity, run_trial
+    from .session import SuiteSession
+    from .trial import TrialFailed, run_trial
 
-    suite_dir = trialdir.suite_results_dir(out_root, suite.name)
-    check_identity(trials, suite_dir)
+    suite_dir = SuiteSession.open(suite, trials, out_root, mirrored=False).suite_dir    # bases verified, once
     for t in trials:
-        if t.config.lab is None:
-            base_identity(t.config.model)
         with contextlib.suppress(TrialFailed):       # recorded as failed; its cell says so
             run_trial(t, suite_dir)

@@ -1,4 +1,4 @@
-"""The trial directory: the one owner of its file format (stdlib, yaml and orjson only; no torch, no ray).
+"""The trial directory: the one owner of its file format (stdlib and yaml only, its row files through rowfiles.py; no torch, no ray).
 
     results/<suite>/<trial_id>/
         config.yaml       the resolved run config (what the trial *is*; its hash is the trial's identity)
@@ -36,8 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import orjson
 import yaml
+
+from .errors import TrialDirError
+from .rowfiles import append_jsonl, read_jsonl, read_rows, truncate_jsonl, write_atomic  # noqa: F401 — trialdir's API
 
 STATUSES = ("completed", "diverged", "failed", "running")   # what a trial records, in the order reports list them
 PENDING = "pending"                        # a trial without status.json: it has recorded no start yet
@@ -68,10 +70,6 @@ class Outcome:
     error: str | None = None
     diverged_step: int | None = None
     extra: Mapping[str, Any] | None = None
-
-
-class TrialDirError(ValueError):
-    """A trial directory that cannot be trusted as it is (one line naming the file and the way out)."""
 
 
 def suite_results_dir(results_root: Path, suite_name: str) -> Path:
@@ -125,12 +123,6 @@ def lock_path(trial_dir: Path) -> Path:
 
 def is_trial_dir(path: Path) -> bool:
     return path.is_dir() and not path.name.startswith(".") and path.name not in NOT_TRIALS
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def read_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -312,67 +304,6 @@ def modified(trial_dir: Path) -> float | None:
     return max(times) if times else None
 
 
-def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines, for readers that
-    report damage rather than stop on it (the report); ([], 0) if absent. Fast for large files."""
-    try:
-        raw = Path(path).read_bytes().strip()
-    except (FileNotFoundError, IsADirectoryError):
-        return [], 0
-    if not raw:
-        return [], 0
-    rows = _json_array(raw)
-    if rows is None:  # a torn or damaged line: parse line by line
-        rows = []
-        for line in filter(str.strip, raw.decode("utf-8", errors="replace").splitlines()):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                rows.append(None)
-    good = [r for r in rows if isinstance(r, dict)]
-    return good, len(rows) - len(good)
-
-
-def _json_array(raw: bytes) -> list[Any] | None:
-    """The lines of `raw` as one JSON array (None if a line is damaged): by orjson, three times faster
-    than the stdlib, unless a NaN or Infinity (a diverged step), which orjson rejects, needs the stdlib."""
-    joined = b"[" + raw.replace(b"\n", b",") + b"]"
-    try:
-        return orjson.loads(joined)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(joined.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError:
-        return None
-
-
-def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:
-    """Rows of a JSONL file. A torn last line (a writer killed mid-line) is dropped; a damaged line
-    anywhere else is skipped, or with `strict` raises TrialDirError (resume must not drop rows)."""
-    if not strict:
-        return read_rows(path)[0]
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    rows = []
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            if i == len(lines) - 1:
-                break
-            if strict:
-                raise TrialDirError(f"{path}: line {i + 1} is damaged (not a JSON object); repair or delete "
-                                    f"that line, or rerun the trial with --rerun-changed/--force") from None
-            continue
-        rows.append(row)
-    return rows
-
-
 def last_step(trial_dir: Path) -> int:
     """The last step in metrics.jsonl, read from the end of the file (0 if none): cheap for live views."""
     try:
@@ -388,11 +319,6 @@ def last_step(trial_dir: Path) -> int:
         except (ValueError, KeyError, TypeError):
             continue
     return 0
-
-
-def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(dict(row)) + "\n")
 
 
 def append_side_row(trial_dir: Path, name: str, row: Mapping[str, Any]) -> None:
@@ -417,10 +343,3 @@ def truncate_side_rows(trial_dir: Path, through_step: int) -> None:
 def trace_file(trial_dir: Path) -> Path:
     """The trial's recorded version trace: what `delay: {dist: trace, path: ...}` replays."""
     return Path(trial_dir) / TRACE
-
-
-def truncate_jsonl(path: Path, through_step: int) -> list[dict[str, Any]]:
-    """Keep the rows with step <= through_step (a resume from that checkpoint); returns them."""
-    kept = [r for r in read_jsonl(path, strict=True) if r.get("step", 0) <= through_step] if through_step else []
-    write_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in kept))
-    return kept
