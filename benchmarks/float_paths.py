@@ -43,11 +43,11 @@ def worker(steps: int, warmup: int) -> None:
     numerics.warn_once(numerics.pin())
     import torch
 
-    from harness.suite import expand, load_suite, select
+    from harness.suite import expand, load_suite_file, select
     from harness.trainer import Trainer
 
     torch.set_num_threads(1)
-    trial = select(expand(load_suite(REPO / "suites" / "reference.yaml")), "algorithm=grpo,delay=0,seed=0")
+    trial = select(expand(load_suite_file(REPO / "suites" / "reference.yaml")), "algorithm=grpo,delay=0,seed=0")
     trainer = Trainer(trial.config)
     wall, cpu = [], []
     for i in range(steps):

@@ -24,14 +24,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from harness.config import build_run_config
-from harness.suite import load_suite
+from harness.suite import load_suite_file
 from harness.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def trainer(suite_file: str, overrides: dict) -> Trainer:
-    suite = load_suite(REPO / "suites" / suite_file)
+    suite = load_suite_file(REPO / "suites" / suite_file)
     return Trainer(build_run_config(suite.base, {"seed": 0, "delay": 0, "algorithm": "grpo", **overrides}))
 
 

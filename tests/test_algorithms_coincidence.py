@@ -74,9 +74,9 @@ def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_pat
     from harness import coincidences
     from harness.report import families
     from harness import trialdir
-    from harness.report.load import load_suite as load_results
+    from harness.report.load import load_results
     from harness.report.synthetic import provenance, write_suite
-    from harness.suite import expand, load_suite
+    from harness.suite import expand, load_suite_file
 
     data = {"suite": "coin", "version": 1,
             "base": {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}},
@@ -84,7 +84,7 @@ def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_pat
             "overrides": {"decoupled": {"params.behavior_weight_cap": None}}}
     path = tmp_path / "coin.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    record = coincidences.compute(expand(load_suite(path)))
+    record = coincidences.compute(expand(load_suite_file(path)))
     assert [r["groups"] for r in record["regimes"]] == [[["decoupled", "is_none"]]]
     assert coincidences.describe(record) == ["coincide (1 update(s) per batch, token-mean): decoupled = is_none"]
     from harness.cli import main

@@ -15,7 +15,7 @@ import yaml
 from harness import archive, trialdir
 from harness.archive import ArchiveError, open_archive, pack_suite
 from harness.cli import main
-from harness.report.load import load_suite
+from harness.report.load import load_results
 from harness.report.merge import MergeError, merge_trials
 from harness.report.synthetic import write_suite
 
@@ -52,7 +52,7 @@ def test_pack_and_open_round_trip_without_checkpoints(tmp_path):
     assert not any(trialdir.CHECKPOINT in n or "policy" in n for n in names)
     opened = open_archive(out)
     try:
-        a, b = load_suite(suite), load_suite(opened)
+        a, b = load_results(suite), load_results(opened)
         assert a.trials.equals(b.trials) and a.evals.equals(b.evals) and a.metrics.equals(b.metrics)
         assert (opened / trial.name / trialdir.CONFIG).read_text() == (trial / trialdir.CONFIG).read_text()
     finally:

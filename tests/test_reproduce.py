@@ -14,7 +14,7 @@ from harness import trialdir
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.reproduce import reproduce, run_in_process
-from harness.suite import expand, load_suite
+from harness.suite import expand, load_suite_file
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def committed(tmp_path_factory, tiny_model_dir) -> Path:
     path = root / "tiny.yaml"
     path.write_text(yaml.safe_dump({"suite": "tiny-repro", "version": 1, "base": base,
                                     "grid": {"algorithm": ["grpo", "naive"], "delay": [0]}, "seeds": [0, 1]}))
-    suite = load_suite(path)
+    suite = load_suite_file(path)
     suite_dir = trialdir.suite_results_dir(root / "results", suite.name)
     run_in_process(suite, expand(suite), root / "results")
     shutil.copyfile(path, suite_dir / "suite.yaml")

@@ -120,10 +120,10 @@ def test_a_lag_beyond_max_is_refused(tiny_base, tmp_path):
 def test_the_staleness_suites_load(monkeypatch):
     from pathlib import Path
 
-    from harness.suite import expand, load_suite
+    from harness.suite import expand, load_suite_file
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)                          # trace paths are relative to where stalebench runs
-    ids = {name: [t.trial_id for t in expand(load_suite(f"suites/{name}.yaml"))]
+    ids = {name: [t.trial_id for t in expand(load_suite_file(f"suites/{name}.yaml"))]
            for name in ("mismatch-vs-lag", "async-trace", "async-trace-record")}
     assert len(ids["mismatch-vs-lag"]) == 4 * 2 * 2 * 2 * 2 and len(ids["async-trace"]) == 4 * 3 * 2
     assert len(set(ids["async-trace"])) == len(ids["async-trace"])

@@ -90,10 +90,10 @@ def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out: Output
     if not keys:
         return []
     styles = estimator_style(list(done["algorithm"].astype(str).unique()), baseline)
-    out = [_scalars_by_delay(done, keys, styles, out)]
+    figures = [_scalars_by_delay(done, keys, styles, out)]
     if hists:
-        out += [_histograms(done, hists, styles, out), _by_position(done, hists, styles, out)]
-    return [f for f in out if f is not None]
+        figures += [_histograms(done, hists, styles, out), _by_position(done, hists, styles, out)]
+    return [f for f in figures if f is not None]
 
 
 def _grid(n_rows: int, n_cols: int, sharey: str | bool = False) -> tuple[plt.Figure, np.ndarray]:
