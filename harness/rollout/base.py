@@ -80,3 +80,17 @@ class RolloutEngine(Protocol):
     def pinned(self, model: torch.nn.Module, version: int) -> ContextManager["RolloutEngine"]:
         """An engine that generates with `model`'s weights as `version` for the duration of the block, safe
         to use while another thread (the asynchronous producer, or the trainer evaluating) does the same."""
+
+
+def sample_token(logits: torch.Tensor, temperature: float, gen: torch.Generator, done: torch.Tensor,
+                 pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoding step of the engines that sample themselves: the next token of each row, (B,), sampled
+    at `temperature` with `gen` (greedy at 0), and its log-prob; rows already `done` get padding and 0."""
+    if temperature > 0:
+        logprobs = torch.log_softmax(logits / temperature, dim=-1)
+        token = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(1)
+    else:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        token = logits.argmax(-1)
+    token = torch.where(done, torch.full_like(token, pad_token_id), token)
+    return token, torch.where(done, torch.zeros(()), logprobs.gather(1, token[:, None]).squeeze(1))

@@ -13,7 +13,7 @@ import time
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .base import Rollout
+from .base import Rollout, sample_token
 
 # transformers renamed the KV cache of a forward from `past_key_values` to `cache` during 5.x (5.24 warns
 # about the old name, 5.17 knows only it): use whichever this version's outputs carry.
@@ -92,16 +92,10 @@ class HFEngine:
         done = torch.zeros(B, dtype=torch.bool, device=device)
         alive_mask = []
         for t in range(max_new_tokens):
-            if temperature > 0:
-                logprobs = torch.log_softmax(logits / temperature, dim=-1)
-                token = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(1)
-            else:
-                logprobs = torch.log_softmax(logits, dim=-1)
-                token = logits.argmax(-1)
-            token = torch.where(done, torch.full_like(token, tok.pad_token_id), token)
+            token, logp = sample_token(logits, temperature, gen, done, tok.pad_token_id)
             alive_mask.append(~done)
             tokens.append(token)
-            logps.append(torch.where(done, torch.zeros(()), logprobs.gather(1, token[:, None]).squeeze(1)))
+            logps.append(logp)
             done = done | (token == tok.eos_token_id)
             if bool(done.all()) or t == max_new_tokens - 1:
                 break

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .base import Rollout
+from .base import Rollout, sample_token
 
 KV = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -269,16 +269,10 @@ class LeanEngine:
         done = torch.zeros(B, dtype=torch.bool, device=device)
         rows = torch.arange(B, device=device)                 # the rows still generating, as held in the cache
         for t in range(max_new_tokens):
-            if temperature > 0:
-                logprobs = torch.log_softmax(logits / temperature, dim=-1)
-                token = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(1)
-            else:
-                logprobs = torch.log_softmax(logits, dim=-1)
-                token = logits.argmax(-1)
-            token = torch.where(done, torch.full_like(token, tok.pad_token_id), token)
+            token, logp = sample_token(logits, temperature, gen, done, tok.pad_token_id)
             alive.append(~done)
             tokens.append(token)
-            logps.append(torch.where(done, torch.zeros(()), logprobs.gather(1, token[:, None]).squeeze(1)))
+            logps.append(logp)
             done = done | (token == tok.eos_token_id)
             if bool(done.all()) or t == max_new_tokens - 1:
                 break
