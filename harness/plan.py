@@ -60,7 +60,8 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
         evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
-        eval_s = TINY_EVAL_S.get(trials[0].config.task.name, 0.0) if trials[0].config.model.kind == "tiny" else 0.0
+        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
+                  if trials[0].config.model.kind == "tiny" else 0.0)
         train_min = steps * step_s / parallel / 60
         lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
                      f"~ {train_min:.0f} min of training" + (
@@ -109,7 +110,7 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
         task = next(iter(tasks))
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
         forwards = sorted({t.config.model.forward for t in trials})
-        pinned = PINNED_FACTOR if numerics.rule() == "pinned" else 1.0
+        pinned = _pinned_factor()
         step_s = statistics.mean(TINY_STEP_S[task] * pinned / (LEAN_SPEEDUP if t.config.model.forward == "lean" else 1)
                                  * t.config.train.prompts_per_step * t.config.group_size / TINY_RESPONSES for t in trials)
         return (step_s, f"the tiny CPU model's measured {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
@@ -117,3 +118,8 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
                         + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""
+
+
+def _pinned_factor() -> float:
+    """How much slower than the native path the tiny model's measured figures run on this process's float path."""
+    return PINNED_FACTOR if numerics.rule() == "pinned" else 1.0
