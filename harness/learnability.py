@@ -48,6 +48,9 @@ class _Recorder:
     def eval(self, step: int, row: dict[str, Any]) -> None:
         self.evals.append({"step": step, **row})
 
+    def side(self, name: str, step: int, row: dict[str, Any]) -> None:
+        pass                                   # the probe keeps no trace or histogram files
+
 
 def probe_config(model_dir: Path, recipe: Any, seed: int, max_new_tokens: int):
     """The RunConfig of one probe run of the candidate at `model_dir` (`recipe`: a models.BaseRecipe)."""

@@ -28,7 +28,7 @@ from .rollout.hf import response_logits as hf_response_logits
 from .rollout.mismatch import MismatchEngine
 from .tasks import Problem, task_from_config
 from .tracking import RunLog
-from .trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, append_side_row, config_sha256, policy_dir,
+from .trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                        truncate_side_rows)
 from .world import world_for
 
@@ -332,7 +332,7 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
                 if j == 0:
                     batch = trainer.source.take(s)
                     if trainer.source.records_versions and trainer.world.is_main:
-                        append_side_row(log.dir, TRACE, {"step": s + 1, "versions": batch.rollout.version.tolist()})
+                        log.side(TRACE, s + 1, {"versions": batch.rollout.version.tolist()})
                     if k > 1:
                         batch.logp_proximal = trainer.logp_now(batch.rollout)
                 row = rollout_metrics(batch, trainer.version)
@@ -344,7 +344,7 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
             return Outcome("diverged", s + 1, error=str(exc), diverged_step=s + 1)
         row = combine_metrics([(1 / k, r) for r in rows])
         if trainer.world.is_main:
-            append_side_row(log.dir, IS_HIST, {"step": s + 1, **trainer.histogram})
+            log.side(IS_HIST, s + 1, trainer.histogram)
         trainer.histogram = None
         row["perf/step_s"] = time.perf_counter() - start
         trainer.batches_done = s + 1

@@ -126,6 +126,9 @@ class NullRunLog:
     def eval(self, step: int, row: dict[str, Any]) -> None:
         pass
 
+    def side(self, name: str, step: int, row: dict[str, Any]) -> None:
+        pass
+
 
 class TrialFailed(RuntimeError):
     """Raised after a trial's failure was recorded, so that Ray Tune can retry it."""

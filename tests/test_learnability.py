@@ -33,3 +33,21 @@ def test_each_failed_rule_is_named():
 def test_a_diverged_probe_run_rejects():
     record = judge([_run(0, 0.4, 0.75, 0.2), _run(1, 0.4, 0.75, 0.2), _run(2, 0.4, 0.75, 0.2, "diverged")], RECIPE)
     assert not record["accepted"] and record["reasons"][0].startswith("a probe run did not complete")
+
+
+def test_the_probe_trains_from_a_candidate_directory_without_a_trial_directory(tmp_path):
+    """run_probe end to end for 2 steps on the frozen v2 base: the trainer's side rows (version trace, log-ratio
+    histograms) go through the probe's in-memory log, never to the candidate's missing probe directory."""
+    import shutil
+    from pathlib import Path
+
+    from harness.learnability import run_probe
+
+    base = Path(__file__).resolve().parents[1] / "harness" / "base_models" / "tiny-cumsum-v2a"
+    candidate = tmp_path / "candidate"
+    shutil.copytree(base, candidate)
+    recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=2, probe_eval_every=1)
+    record = run_probe(candidate, recipe, max_new_tokens=21, say=lambda line: None)
+    assert [r["status"] for r in record["runs"]] == ["completed", "completed"]
+    assert [[s for s, _ in r["curve"]] for r in record["runs"]] == [[0, 1, 2], [0, 1, 2]]
+    assert not list(candidate.glob("probe-seed*"))

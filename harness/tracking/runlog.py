@@ -89,6 +89,11 @@ class RunLog:
     def eval(self, step: int, row: Mapping[str, Any]) -> None:
         self._append(trialdir.EVALS, step, row)
 
+    def side(self, name: str, step: int, row: Mapping[str, Any]) -> None:
+        """One row of a per-step side file (trialdir.SIDE_ROWS: the version trace, the log-ratio histograms),
+        written beside metrics.jsonl and not mirrored."""
+        trialdir.append_side_row(self.dir, name, {"step": step, **row})
+
     def _append(self, name: str, step: int, row: Mapping[str, Any]) -> None:
         trialdir.append_jsonl(self.dir / name, {"step": step, **row})
         self._pending.append((step, _clean(row)))
