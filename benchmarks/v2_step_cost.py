@@ -1,11 +1,13 @@
 """Step and evaluation cost of benchmark v2 (cumsum) against v1 (addrev), paired in one process.
 
     python benchmarks/v2_step_cost.py                       # 12 steps each after 3 not counted, 2 evaluations each
-    python benchmarks/v2_step_cost.py --v2-base tiny-cumsum-v2b
+    python benchmarks/v2_step_cost.py --v2-base tiny-cumsum-v2b --forwards hf
 
-The two trainers are the reference suites' own configs (suites/reference.yaml and suites/reference-v2.yaml,
-seed 0, delay 0, one thread) and run in lockstep: one on-policy step of each in turn (`Trainer.make_batch` +
-`Trainer.update`, which goes first alternating), so the machine's load hits both alike. The figure to carry
+The trainers are the reference suites' own configs (suites/reference.yaml and suites/reference-v2.yaml,
+seed 0, delay 0, one thread), v2 once per `--forwards` value (model.forward: hf, lean), and run in lockstep:
+one on-policy step of each in turn (`Trainer.make_batch` + `Trainer.update`, the order rotating each step), so
+the machine's load hits all alike. The float path is the trials' own (harness/numerics.py pins it before torch
+is imported; STALEBENCH_FLOAT_PATH=native lets MKL and ATen choose) and is printed. The figure to carry
 to another machine is the paired ratio (median of per-step v2/v1 ratios) times v1's s/step measured there;
 the dry-run projection (harness/plan.py) uses ratio x 0.084 s, v1's idle-machine figure (train_throughput.py).
 Process CPU seconds are printed too: other work on a shared machine disturbs them far less than wall time.
@@ -19,9 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
+
+numerics.pin()
+
+import torch  # noqa: E402
 
 from harness.config import build_run_config
 from harness.suite import load_suite_file
@@ -48,24 +54,28 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--evals", type=int, default=2)
     p.add_argument("--v2-base", default="tiny-cumsum-v2a")
+    p.add_argument("--forwards", default="hf,lean", help="v2's model.forward values, each its own trainer")
     args = p.parse_args()
     torch.set_num_threads(1)
-    v1 = trainer("reference.yaml", {})
-    v2 = trainer("reference-v2.yaml", {"model.base": args.v2_base})
-    print(f"load average {os.getloadavg()[0]:.1f} at the start; torch threads 1")
-    rows = {"v1": [], "v2": []}
+    systems = {"v1": trainer("reference.yaml", {})}
+    for forward in args.forwards.split(","):
+        systems[f"v2 {forward}"] = trainer("reference-v2.yaml", {"model.base": args.v2_base, "model.forward": forward})
+    print(f"load average {os.getloadavg()[0]:.1f} at the start; torch threads 1; float path "
+          f"{numerics.record()['float_path']}")
+    rows = {name: [] for name in systems}
+    names = list(systems)
     for i in range(args.warmup + args.steps):
-        order = [("v1", v1), ("v2", v2)] if i % 2 == 0 else [("v2", v2), ("v1", v1)]
-        for name, t in order:
-            rows[name].append(step(t, i))
-    pairs = list(zip(rows["v1"][args.warmup:], rows["v2"][args.warmup:]))
-    for name in ("v1", "v2"):
-        kept = rows[name][args.warmup:]
-        print(f"{name}: {statistics.median(w for w, _ in kept):.3f} s/step wall, "
-              f"{statistics.median(c for _, c in kept):.3f} CPU s/step (median of {len(kept)})")
-    print(f"v2/v1 per step, median of paired ratios: {statistics.median(b[0] / a[0] for a, b in pairs):.2f} wall, "
-          f"{statistics.median(b[1] / a[1] for a, b in pairs):.2f} CPU")
-    for name, t in (("v1", v1), ("v2", v2)):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            rows[name].append(step(systems[name], i))
+    kept = {name: r[args.warmup:] for name, r in rows.items()}
+    for name, r in kept.items():
+        print(f"{name}: {statistics.median(w for w, _ in r):.3f} s/step wall, "
+              f"{statistics.median(c for _, c in r):.3f} CPU s/step (median of {len(r)})")
+    for a, b in [("v1", n) for n in names[1:]] + ([("v2 hf", "v2 lean")] if {"v2 hf", "v2 lean"} <= set(names) else []):
+        pairs = list(zip(kept[a], kept[b]))
+        print(f"{b} / {a} per step, median of paired ratios: {statistics.median(y[0] / x[0] for x, y in pairs):.2f} "
+              f"wall, {statistics.median(y[1] / x[1] for x, y in pairs):.2f} CPU")
+    for name, t in systems.items():
         times = []
         for _ in range(args.evals):
             wall, cpu = time.perf_counter(), time.process_time()

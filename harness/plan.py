@@ -18,15 +18,22 @@ from .suite import Suite, Trial, expand, select_trials, trial_count
 # s per 128-response step and per held-out evaluation, one thread, idle machine, native float path
 # (benchmarks/README.md): addrev measured; cumsum = addrev's 0.084 s x 3.51, the paired v2/v1 step ratio of
 # benchmarks/v2_step_cost.py, and its 2,500-problem evaluation = 9.92 CPU s x (0.084 / 0.193), v1's idle / loaded
-# step ratio (measured at load 8.5). The lean forward: hf's / 1.08, the median of four paired lean-vs-hf CPU-time
-# ratios of benchmarks/train_throughput.py on addrev (1.04-1.15, loaded machine); not measured on cumsum.
+# step ratio (measured at load 8.5). The lean forward's speed-up over hf, per task: addrev 1.08, the median of
+# four paired lean-vs-hf CPU-time ratios of benchmarks/train_throughput.py (1.04-1.15, loaded machine); cumsum
+# 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load 4.7): its variable-length
+# responses let the lean forward skip padding and drop finished rows.
 TINY_STEP_S = {"addrev": 0.084, "cumsum": 0.295}
-TINY_EVAL_S = {"cumsum": 4.3}
+TINY_EVAL_S = {"addrev": 0.135, "cumsum": 4.3}   # addrev: 0.31 CPU s at load 8.5 x (0.084 / 0.193), as cumsum's
 TINY_RESPONSES = 128
-LEAN_SPEEDUP = 1.08
+LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
 # The pinned float path (harness/numerics.py) costs 0.280 / 0.183 = 1.53x the native path's CPU s per step
 # (benchmarks/float_paths.py, paired, benchmarks/README.md); the figures above are native-path ones.
 PINNED_FACTOR = 1.53
+# The figures above are one process on an idle machine. A suite runs one trial per core, and on the 2-core machine
+# each of two trials then takes 2.3x as long per step: the reference suite's first two trials, alone on the
+# machine, ran at 0.291 and 0.299 s/step (median perf/step_s, pinned path) against 0.084 x 1.53 = 0.129 s
+# (2026-12-01; the cores share caches and memory bandwidth). Applied when trials run side by side.
+PARALLEL_FACTOR = 2.3
 # GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
 # (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
 # bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at
@@ -52,15 +59,15 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     for t in trials:
         lines.append(f"  {'done ' if t in done else 'run  '}{t.trial_id}")
     steps = sum(t.config.train.steps for t in trials if t not in done)
-    step_s, source = _step_seconds(suite_dir, trials)
     processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
     parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
+    step_s, source = _step_seconds(suite_dir, trials, parallel)
     todo = [t for t in trials if t not in done]
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
         evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
-        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
+        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor() * _side_by_side(parallel)
                   if trials[0].config.model.kind == "tiny" else 0.0)
         train_min = steps * step_s / parallel / 60
         lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
@@ -100,7 +107,7 @@ def gpu_projection(trials, gpus_per_trial: float) -> str:
             f"-> {hours / gpus_per_trial:,.0f} h of wall time if trials run one at a time")
 
 
-def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
+def _step_seconds(suite_dir: Path, trials, parallel: int) -> tuple[float | None, str]:
     measured = [r["perf/step_s"] for t in trials[:50]
                 for r in trialdir.read_metrics(suite_dir / t.trial_id) if "perf/step_s" in r]
     if measured:
@@ -111,13 +118,18 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
         forwards = sorted({t.config.model.forward for t in trials})
         pinned = _pinned_factor()
-        step_s = statistics.mean(TINY_STEP_S[task] * pinned / (LEAN_SPEEDUP if t.config.model.forward == "lean" else 1)
+        step_s = statistics.mean(TINY_STEP_S[task] * pinned * _side_by_side(parallel) / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
                                  * t.config.train.prompts_per_step * t.config.group_size / TINY_RESPONSES for t in trials)
         return (step_s, f"the tiny CPU model's measured {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
                         f"with the {' and '.join(forwards)} forward"
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
+                        + (f" x {PARALLEL_FACTOR} for trials side by side" if parallel > 1 else "")
                         + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""
+
+
+def _side_by_side(parallel: int) -> float:
+    return PARALLEL_FACTOR if parallel > 1 else 1.0
 
 
 def _pinned_factor() -> float:

@@ -10,6 +10,7 @@ reads results/<suite>/suite.yaml through the same schema that `stalebench check`
     seeds: [0, 1]
     resources: {cpu, gpu, max_concurrent, max_failures}            # Resources
     overrides: {estimator: {dotted.key: value}}                    # e.g. its tuned learning rate
+    overrides_scope: all              # all trials, or `stale`: only trials that are not on-policy (delay > 0)
     share_on_policy: false            # delay 0, one update per batch: one trial per seed for all estimators
     notes: "..."
     report: {collapse: {...}, baseline: grpo}                      # ReportSection (read by the report)
@@ -38,11 +39,12 @@ if TYPE_CHECKING:
     from .report.collapse import CollapseRules
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
-              "share_on_policy", "tracking")
+              "share_on_policy", "overrides_scope", "tracking")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
 DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
+OVERRIDES_SCOPES = ("all", "stale")   # where `overrides:` apply: every trial, or the stale ones only
 MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
 
 
@@ -143,6 +145,8 @@ class Suite:
     report: ReportSection = field(default_factory=ReportSection)
     tune: TuneSpec | None = None  # None: the suite has no tune section
     share_on_policy: bool = False # delay 0, one update per batch: run one trial per seed for all estimators
+    overrides_scope: str = "all"  # `stale`: overrides apply only where the trial is not on-policy (a tuned lr at
+                                  # delay > 0, the base's lr in the shared delay-0 run)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
     source: str = ""              # the suite file's text (hashed for provenance)
 
@@ -219,6 +223,9 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
     share = data.get("share_on_policy", False)
     if not isinstance(share, bool):
         raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
+    scope = data.get("overrides_scope", "all")
+    if scope not in OVERRIDES_SCOPES:
+        raise _fail(where, f"overrides_scope: expected one of {', '.join(OVERRIDES_SCOPES)}; got {short(scope)}")
     try:
         resources = _section(Resources, data.get("resources"), "resources", "{cpu: 1, gpu: 0}")
         resources.validate("resources")
@@ -226,7 +233,8 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
                             "{wandb: {project: stalebench, mode: offline}}")
         tracking.validate("tracking")
         suite = Suite(name, version, dict(base), grid, list(seeds), resources, {k: dict(v) for k, v in overrides.items()},
-                      data.get("notes", ""), share_on_policy=share, tracking=tracking, source=source)
+                      data.get("notes", ""), share_on_policy=share, overrides_scope=scope, tracking=tracking,
+                      source=source)
         return Suite(**{**{f.name: getattr(suite, f.name) for f in fields(Suite)},
                         "report": _report(data.get("report"), suite), "tune": _tune(data.get("tune"), suite)})
     except ConfigError as exc:

@@ -150,7 +150,9 @@ def expand(suite: Suite) -> list[Trial]:
     - with `share_on_policy: true`, the delay-0 points of all estimators (one update per batch, no
       async) are one trial per seed, run with the first estimator of the grid: there every estimator's
       gradient equals plain GRPO's to float rounding (tests/test_algorithms_contract.py); its
-      params.json lists the estimators it `stands_for`.
+      params.json lists the estimators it `stands_for`;
+    - with `overrides_scope: stale`, an estimator's `overrides:` (its tuned lr) apply only to its trials that
+      are not on-policy, so the delay-0 run keeps the base's settings and is still shared.
     """
     from algorithms import uses_eps
 
@@ -161,14 +163,16 @@ def expand(suite: Suite) -> list[Trial]:
         point = dict(zip(keys, values))
         first_eps = "eps" not in point or point["eps"] == suite.grid["eps"][0]
         algorithm = str(point.get("algorithm", algorithms[0]))
-        overrides = suite.overrides.get(algorithm, {})
+        base_only = suite.overrides_scope == "stale" and _on_policy(suite, point, {})   # keeps the base's settings
+        overrides_of = lambda a: {} if base_only else suite.overrides.get(a, {})       # noqa: E731
+        overrides = overrides_of(algorithm)
         ignored = [] if "eps" not in point or uses_eps(algorithm) else ["eps"]
         if ignored:
             if not first_eps:
                 continue                                       # the same trial as at the first ε
             point.pop("eps")
         stands_for = None
-        if (suite.share_on_policy and all(suite.overrides.get(a, {}) == overrides for a in algorithms)
+        if (suite.share_on_policy and all(overrides_of(a) == overrides for a in algorithms)
                 and _on_policy(suite, point, overrides)):
             if ("algorithm" in point and algorithm != algorithms[0]) or not first_eps:
                 continue

@@ -91,6 +91,26 @@ def test_gqa_model_matches_transformers_in_rollout_and_update():
     assert (same.logp_behavior - r.logp_behavior).abs().max() < 1e-5
 
 
+def test_a_call_of_many_rows_is_decoded_in_chunks_that_join_into_one_rollout(frozen, monkeypatch):
+    """An evaluation-sized call runs CHUNK_ROWS rows at a time; the joined rollout equals one batch's: greedy
+    tokens, texts and log-probs per row, each chunk's prompts re-padded to the widest."""
+    from harness.rollout import lean
+    model, tok, _ = frozen
+    prompts = ["1+2=", "9=", "45+6=", "1234+5678="] + [p.prompt for p in make_task("addrev").problems("train", 7, 5)]
+    engine = LeanEngine(model, tok)
+    whole = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=8, seed=0)
+    parts = [engine.generate(prompts[i:i + 3], n=1, temperature=0.0, max_new_tokens=8, seed=0) for i in (0, 3, 6, 9)]
+    assert len({r.prompt_ids.shape[1] for r in parts}) > 1 and len({r.response_ids.shape[1] for r in parts}) > 1
+    monkeypatch.setattr(lean, "CHUNK_ROWS", 3)                                  # chunks of 3, 3, 3 and 2 rows
+    chunked = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=8, seed=0)
+    assert chunked.texts == whole.texts and chunked.prompt_ids.shape == whole.prompt_ids.shape
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "version"):
+        assert torch.equal(getattr(chunked, name), getattr(whole, name)), name
+    assert (chunked.logp_behavior - whole.logp_behavior).abs().max() < 1e-5
+    sampled = engine.generate(prompts[:4], n=2, temperature=1.0, max_new_tokens=8, seed=4)   # 1 prompt x 2 per chunk
+    assert sampled.response_ids.shape[0] == 8 and torch.equal(sampled.response_mask, sampled.response_mask.cumprod(1).bool())
+
+
 def test_seeded_sampling_is_reproducible_and_differs_across_seeds():
     model, tok = gqa_model()
     engine = LeanEngine(model, tok)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,26 @@ def test_overrides_apply_per_estimator_and_grid_wins(tmp_path):
     assert grpo.config.train.lr == 1e-4 and grpo.config.train.steps == 7
 
 
+def test_shared_on_policy_run_and_the_scope_of_tuned_overrides(tmp_path):
+    tuned = {"gmc_grpo": {"train.lr": 3e-5}, "grpo": {"train.lr": 2e-4}}
+    grid = {"algorithm": ["grpo", "gmc_grpo"], "delay": [0, 16]}
+    ids = lambda trials: [t.trial_id for t in trials]                                  # noqa: E731
+    shared = expand(load_suite_file(write(tmp_path, suite_dict(grid=grid, share_on_policy=True), "a.yaml")))
+    assert ids(shared) == ["grpo-d0-s0", "grpo-d0-s1", "grpo-d16-s0", "grpo-d16-s1", "gmc_grpo-d16-s0",
+                           "gmc_grpo-d16-s1"]
+    assert shared[0].params["stands_for"] == ["grpo", "gmc_grpo"]
+    # overrides at every trial (the default scope): the estimators' delay-0 runs differ, so none is shared
+    everywhere = expand(load_suite_file(write(tmp_path, suite_dict(grid=grid, share_on_policy=True, overrides=tuned),
+                                              "b.yaml")))
+    assert "gmc_grpo-d0-s0" in ids(everywhere) and not any("stands_for" in t.params for t in everywhere)
+    # overrides_scope: stale -- the tuned lrs apply at delay 16 only; delay 0 is shared at the base's lr
+    stale = {t.trial_id: t for t in expand(load_suite_file(write(
+        tmp_path, suite_dict(grid=grid, share_on_policy=True, overrides=tuned, overrides_scope="stale"), "c.yaml")))}
+    assert list(stale) == ids(shared)
+    assert stale["grpo-d0-s0"].config.train.lr == 1e-4 and stale["grpo-d0-s0"].params["stands_for"] == ["grpo", "gmc_grpo"]
+    assert stale["grpo-d16-s0"].config.train.lr == 2e-4 and stale["gmc_grpo-d16-s1"].config.train.lr == 3e-5
+
+
 def test_estimator_params_through_overrides(tmp_path):
     data = suite_dict(grid={"algorithm": ["grpo", "m2po"]}, overrides={"m2po": {"params.tau": 0.02}})
     trials = {t.config.algorithm: t for t in expand(load_suite_file(write(tmp_path, data)))}
@@ -132,6 +153,7 @@ BAD = [
     ("bad-version", suite_dict(version="one"), "version: expected an integer"),
     ("overrides-unused-estimator", suite_dict(overrides={"tis": {"train.lr": 1e-5}}),
      "overrides.tis: no trial of the suite uses this estimator"),
+    ("overrides-scope", suite_dict(overrides_scope="delayed"), "overrides_scope: expected one of all, stale"),
     ("overrides-not-mapping", suite_dict(overrides={"grpo": 1e-5}), "overrides: expected a mapping"),
     ("bad-override-key", suite_dict(overrides={"grpo": {"train.lrr": 1e-5}}), "base.train.lrr: unknown key"),
     ("bad-resources", suite_dict(resources={"cpu": 0}), "resources: cpu must be > 0"),
@@ -229,3 +251,16 @@ def test_trial_kinds_answer_for_their_configs():
     with pytest.raises(ConfigError, match="^train.workers: an estimator-lab trial runs in one process"):
         kind_of(lab).validate(build_run_config({**BASE, "lab": {"measure_groups": 0},
                                                 "train": {**BASE["train"], "workers": 2}}))
+
+
+def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
+    """A companion of reference-v2 (the field table) shares its base and tune sections, so a trial of an
+    estimator configured there is configured as it would be in the reference (same resolved config)."""
+    reference = load_suite_file(REPO / "suites" / "reference-v2.yaml")
+    for name in ("reference-v2-field.yaml",):
+        other = load_suite_file(REPO / "suites" / name)
+        assert other.base == reference.base, name
+        assert replace(other.tune, seed=None) == replace(reference.tune, seed=None), name
+        assert other.tune.tune_seed(other) == reference.tune.tune_seed(reference) == 1007
+        assert (other.overrides_scope, other.share_on_policy) == (reference.overrides_scope, reference.share_on_policy)
+        assert set(other.algorithms).isdisjoint(reference.algorithms)
