@@ -261,6 +261,15 @@ def test_compare_puts_two_suites_side_by_side_with_difference_intervals(tmp_path
     rows = {ln.split()[0]: ln for ln in text.splitlines() if ln.startswith(("grpo", "gmc_grpo"))}
     assert "+0.200" in rows["grpo"] and rows["grpo"].endswith("differs")
     assert "+0.000" in rows["gmc_grpo"] and "*" in rows["gmc_grpo"] and not rows["gmc_grpo"].endswith("differs")
+    assert not any("Kendall" in ln for ln in text.splitlines())          # two estimators: no ranking to compare
+    # Kendall's tau-b at delay 16 over three estimators: A ranks x > y > z, B ranks x > z > y (one of the
+    # three pairs discordant): tau = (2 - 1) / 3.
+    for name, values in (("c", (0.5, 0.4, 0.3)), ("e", (0.5, 0.3, 0.4))):
+        d = suite_dir(tmp_path, name)
+        for algorithm, final in zip(("grpo", "tic_grpo", "m2po"), values):
+            trial(d, f"{algorithm}-s0", algorithm, 16, 0, [0.2, final])
+    assert compare(tmp_path / "c", tmp_path / "e").splitlines()[-1] == \
+        "Kendall's tau-b of the rankings at delay=16: +0.33 over 3 estimators"
     # Welch by hand: x = y = [0.40, 0.42], difference 0, s² = 0.0002 each, se = sqrt(2 · 0.0002/2) = 0.01414,
     # dof = 2, t_0.975,2 = 4.3027: interval ±0.06085.
     d = difference_estimate(np.array([0.40, 0.42]), np.array([0.40, 0.42]))

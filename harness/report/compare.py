@@ -4,7 +4,10 @@
 Cells are matched on the cell keys both suites share (estimator, delay, and any other grid key); the
 per-seed final accuracies are the report's (diverged trials score 0 from the divergence on), and the
 difference uses ``stats.difference_estimate`` (IQM bootstrap with >= 5 seeds a side, Welch t below,
-marked `*`). "differs" means the interval excludes 0.
+marked `*`). "differs" means the interval excludes 0. Below the cells, per delay (and other shared
+key), Kendall's tau-b between the two suites' rankings of the estimators by that point estimate
+(``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
+machine), whether or not any single difference is resolved.
 """
 from __future__ import annotations
 
@@ -48,6 +51,15 @@ def compare(a_dir: Path, b_dir: Path) -> str:
         rows.append([*map(str, key), f"{ea.point:.3f} (n={ea.n})", f"{eb.point:.3f} (n={eb.n})",
                      f"{d.point:+.3f}{interval}{'*' if d.low_confidence and d.method != 'none' else ''}",
                      "differs" if differs else ""])
+    taus = []
+    for rest in sorted({key[1:] for key in common}, key=lambda k: tuple(str(v) for v in k)):
+        at = {key[0]: stats.estimate(cells_a[key]).point for key in common if key[1:] == rest}
+        bt = {key[0]: stats.estimate(cells_b[key]).point for key in common if key[1:] == rest}
+        tau, n = stats.kendall_tau(at, bt)
+        if n >= 3:
+            where = ", ".join(f"{k}={v}" for k, v in zip(keys_a[1:], rest))
+            taus.append(f"Kendall's tau-b of the rankings at {where}: "
+                        + (f"{tau:+.2f}" if tau == tau else "undefined (one side is all ties)") + f" over {n} estimators")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
     only = len(set(cells_a) ^ set(cells_b))
@@ -55,4 +67,4 @@ def compare(a_dir: Path, b_dir: Path) -> str:
              + (f", {only} in only one" if only else "") + ").",
              "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval); "
              "'differs' = the interval excludes 0."]
-    return "\n".join([*notes, line(head), *map(line, rows)])
+    return "\n".join([*notes, line(head), *map(line, rows), *taus])
