@@ -1,7 +1,8 @@
 """A suite's raw trial record as one compressed archive (raw.tar.gz), and back.
 
-``pack_suite(suite_dir, out_path)`` writes suite.yaml and every trial directory's record (trialdir.RECORD:
-config, params, provenance, metrics, eval, status; never checkpoints, kept policies or logs) as a gzip'd
+``pack_suite(suite_dir, out_path)`` writes suite.yaml and every trial directory's raw files (trialdir.RAW:
+config, params, provenance, metrics, eval, status, and the side rows trace and is_hist where present; never
+checkpoints, kept policies or logs) as a gzip'd
 tar, deterministically (sorted members, zero times and owners), so re-packing the same results gives the
 same bytes and anyone can re-render or audit a committed report from it.
 
@@ -54,7 +55,7 @@ def pack_suite(suite_dir: Path, out_path: Path) -> Path:
         raise ArchiveError(f"{suite_dir} is not a suite results dir (no {SUITE_FILE}); pass results/<suite>")
     files = [(SUITE_FILE, suite_dir / SUITE_FILE)]
     for d in _trial_dirs(suite_dir):
-        files += [(f"{d.name}/{name}", d / name) for name in trialdir.RECORD
+        files += [(f"{d.name}/{name}", d / name) for name in trialdir.RAW
                   if (d / name).is_file() and not (d / name).is_symlink()]
     if len(files) == 1:
         raise ArchiveError(f"{suite_dir} holds no trial directories; run the suite before packing it")
@@ -104,10 +105,10 @@ def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
         raise ArchiveError(f"{where}: member {name[:120]!r} is {member.size} bytes, over the "
                            f"{MAX_MEMBER_BYTES}-byte limit of one file; refusing the archive")
     ok = (path.parts == (SUITE_FILE,) or (len(path.parts) == 2 and _trial_name(path.parts[0])
-                                           and path.parts[1] in trialdir.RECORD))
+                                           and path.parts[1] in trialdir.RAW))
     if not ok:
         raise ArchiveError(f"{where}: unexpected member {name[:120]!r}; a raw archive holds {SUITE_FILE} and "
-                           f"<trial_id>/{{{', '.join(trialdir.RECORD)}}} only")
+                           f"<trial_id>/{{{', '.join(trialdir.RAW)}}} only")
     return path
 
 

@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("suite", help=SUITE_HELP)
     st.add_argument("--results", default="results")
     rep = sub.add_parser("report", help="write the HTML report of a suite's results")
-    rep.add_argument("suite", help=SUITE_HELP)
+    rep.add_argument("suite", help=SUITE_HELP + ", or a raw.tar.gz packed by --raw (re-render a committed report)")
     rep.add_argument("--results", default="results")
     rep.add_argument("--out", default=None, help="output directory (default: reports/<suite>)")
     rep.add_argument("--formats", default="png", help="figure formats, comma-separated: png (default), svg, png,svg")
@@ -265,8 +265,18 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    _report(results_dir(args.suite, Path(args.results)), None if args.out is None else Path(args.out), args.formats,
-            args.raw, None if args.merge is None else Path(args.merge))
+    out, merge = None if args.out is None else Path(args.out), None if args.merge is None else Path(args.merge)
+    if args.suite.endswith(".tar.gz"):              # a committed report's raw trials: render them as they are
+        import shutil
+
+        from .archive import open_archive
+        extracted = open_archive(Path(args.suite))
+        try:
+            _report(extracted, out, args.formats, args.raw, merge)
+        finally:
+            shutil.rmtree(extracted, ignore_errors=True)
+        return 0
+    _report(results_dir(args.suite, Path(args.results)), out, args.formats, args.raw, merge)
     return 0
 
 

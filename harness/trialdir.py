@@ -54,6 +54,7 @@ SIDE_ROWS = (TRACE, IS_HIST)               # per-step rows the trainer writes be
 HIST_LOW, HIST_HIGH, HIST_BINS = -4.0, 4.0, 80   # IS_HIST's log ρ bins: width 0.1 on [−4, 4], plus the tokens
                                                  # below and above (log_ratio_counts[0], [-1]); docs/metrics.md
 RECORD = (CONFIG, PARAMS, PROVENANCE, METRICS, EVALS, STATUS)   # a trial's record (what a mirror archives)
+RAW = (*RECORD, *SIDE_ROWS)                # what a raw archive (--raw) and a merge carry: the record and side rows
 ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
 LAB_DIR, RAY_DIR, TUNE_DIR = "lab", "ray", "tune"   # beside the trials: the lab's sweeps, Tune's storage, tune's trials
 SUITE_FILE, TUNE_TRIALS = "suite.yaml", "trials.jsonl"

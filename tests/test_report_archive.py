@@ -44,6 +44,7 @@ def test_pack_and_open_round_trip_without_checkpoints(tmp_path):
     (trial / trialdir.CHECKPOINT).write_bytes(b"weights")
     (trial / "policy").mkdir()
     (trial / "policy" / "model.safetensors").write_bytes(b"weights")
+    trialdir.append_side_row(trial, trialdir.IS_HIST, {"step": 1, "counts": [1, 2]})   # a side row rides along
     out = pack_suite(suite, tmp_path / "raw.tar.gz")
     assert pack_suite(suite, tmp_path / "again.tar.gz").read_bytes() == out.read_bytes()  # deterministic
     with tarfile.open(out) as tar:
@@ -55,6 +56,7 @@ def test_pack_and_open_round_trip_without_checkpoints(tmp_path):
         a, b = load_results(suite), load_results(opened)
         assert a.trials.equals(b.trials) and a.evals.equals(b.evals) and a.metrics.equals(b.metrics)
         assert (opened / trial.name / trialdir.CONFIG).read_text() == (trial / trialdir.CONFIG).read_text()
+        assert (opened / trial.name / trialdir.IS_HIST).read_text() == (trial / trialdir.IS_HIST).read_text()
     finally:
         shutil.rmtree(opened)
 
@@ -146,6 +148,20 @@ def test_your_estimator_is_ranked_beside_the_reference(tmp_path, capsys):
     assert set(board) == {"grpo", "m2po", "seq_tis"} and board["seq_tis"]["seeds"] == 2
     assert board["grpo"]["seeds"] == 2  # the rerun reference trial is counted once
     assert {t["trial_id"] for t in bundle["trials"]} >= {"grpo-d8-e0.2-g8-s0", "seq_tis-d8-e0.2-g8-s1"}
+
+
+def test_a_committed_report_is_re_rendered_from_its_raw_archive_alone(tmp_path, capsys):
+    ref = reference(tmp_path / "results")
+    first, again = tmp_path / "reports" / "ref", tmp_path / "again"
+    assert main(["report", str(ref), "--out", str(first), "--raw"]) == 0
+    shutil.rmtree(ref)                                                   # only the archive is left
+    assert main(["report", str(first / archive.ARCHIVE_NAME), "--out", str(again)]) == 0
+    for name in ("trials.csv", "cells.csv", "paper_table.md"):
+        assert (again / name).read_text() == (first / name).read_text(), name
+    assert not list(Path(archive.tempfile.gettempdir()).glob("stalebench-raw-*/grpo-d0-e0.2-g8-s0"))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "missing.tar.gz")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_a_trial_id_with_another_config_or_a_new_trial_on_another_benchmark_is_refused(tmp_path, capsys):

@@ -107,7 +107,7 @@ def merge_trials(user_dir: Path, archive: Path) -> Merged:
                 raise MergeError(f"trial {tid}: {k} is {flat.get(k, '<absent>')} but {constant[k]} in every "
                                  f"reference trial{more}; it would be ranked on another benchmark: run it with the "
                                  "reference suite's base settings (add your estimator to its grid, run it with --only)")
-            shutil.copytree(d, merged / tid, ignore=lambda _, names: [n for n in names if n not in trialdir.RECORD])
+            shutil.copytree(d, merged / tid, ignore=lambda _, names: [n for n in names if n not in trialdir.RAW])
             added += 1
         shutil.copyfile(user_dir / SUITE_FILE, merged / SUITE_FILE)
     except BaseException:
