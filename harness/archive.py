@@ -2,9 +2,9 @@
 
 ``pack_suite(suite_dir, out_path)`` writes suite.yaml and every trial directory's raw files (trialdir.RAW:
 config, params, provenance, metrics, eval, status, and the side rows trace and is_hist where present; never
-checkpoints, kept policies or logs) as a gzip'd
-tar, deterministically (sorted members, zero times and owners), so re-packing the same results gives the
-same bytes and anyone can re-render or audit a committed report from it.
+checkpoints, kept policies or logs) as a gzip'd tar, deterministically (sorted members, zero times and
+owners), so re-packing the same results gives the same bytes and anyone can re-render or audit a committed
+report from it (`stalebench report RAW.tar.gz`).
 
 ``open_archive(path)`` extracts one into a new temporary suite results directory and returns it. An
 archive is untrusted input: every member must be a regular file named ``suite.yaml`` or

@@ -118,8 +118,9 @@ def _step_seconds(suite_dir: Path, trials, parallel: int) -> tuple[float | None,
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
         forwards = sorted({t.config.model.forward for t in trials})
         pinned = _pinned_factor()
-        step_s = statistics.mean(TINY_STEP_S[task] * pinned * _side_by_side(parallel) / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
-                                 * t.config.train.prompts_per_step * t.config.group_size / TINY_RESPONSES for t in trials)
+        scale = pinned * _side_by_side(parallel) / TINY_RESPONSES
+        step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
+                                 * t.config.train.prompts_per_step * t.config.group_size for t in trials)
         return (step_s, f"the tiny CPU model's measured {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
                         f"with the {' and '.join(forwards)} forward"
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")

@@ -163,8 +163,11 @@ def expand(suite: Suite) -> list[Trial]:
         point = dict(zip(keys, values))
         first_eps = "eps" not in point or point["eps"] == suite.grid["eps"][0]
         algorithm = str(point.get("algorithm", algorithms[0]))
-        base_only = suite.overrides_scope == "stale" and _on_policy(suite, point, {})   # keeps the base's settings
-        overrides_of = lambda a: {} if base_only else suite.overrides.get(a, {})       # noqa: E731
+        base_only = suite.overrides_scope == "stale" and _on_policy(suite, point, {})
+
+        def overrides_of(a: str, base_only: bool = base_only) -> dict[str, Any]:   # on-policy under `stale`: none
+            return {} if base_only else suite.overrides.get(a, {})
+
         overrides = overrides_of(algorithm)
         ignored = [] if "eps" not in point or uses_eps(algorithm) else ["eps"]
         if ignored:
