@@ -50,6 +50,22 @@ def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size:
                  position_ids=position_ids_from(attn), logits_to_keep=T + 1).logits[:, :-1]
 
 
+def encode(tokenizer, prompts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and mask (u, P), one row per distinct prompt."""
+    enc = tokenizer(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[object, torch.Tensor]:
+    """Each distinct prompt's KV cache and last-position logits, computed once and repeated n times (bit-identical
+    to prefilling all u·n rows): the cache and the (u·n, V) float32 logits."""
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from(mask), use_cache=True)
+    cache = out[CACHE]
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+    return cache, out.logits[:, -1].float().repeat_interleave(n, 0)
+
+
 class HFEngine:
     shares_weights = True
 
@@ -70,22 +86,13 @@ class HFEngine:
         start = time.perf_counter()
         tok = self.tokenizer
         device = next(self.model.parameters()).device
-        enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
-        # Prefill each distinct prompt once, then repeat its cache n times (bit-identical to prefilling B rows).
-        prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)              # (B, P)
-        prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)
+        ids, mask = encode(tok, prompts, device)
+        prompt_ids, prompt_mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)   # (B, P)
         B = prompt_ids.shape[0]
         gen = torch.Generator(device=device).manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
-
-        unique_mask = enc["attention_mask"].to(device)
-        out = self.model(input_ids=enc["input_ids"].to(device), attention_mask=unique_mask,
-                         position_ids=position_ids_from(unique_mask), use_cache=True)
-        cache = out[CACHE]
-        if n > 1:
-            cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1].float().repeat_interleave(n, 0)                  # (B, V)
+        cache, logits = prefill(self.model, ids, mask, n)                          # (B, V)
         attn = prompt_mask
         next_pos = attn.sum(-1, keepdim=True)                                       # (B, 1)
         tokens, logps = [], []

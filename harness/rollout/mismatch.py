@@ -26,7 +26,7 @@ import time
 import torch
 
 from .base import Rollout
-from .hf import CACHE, position_ids_from
+from .hf import CACHE, encode, prefill
 
 
 def truncate_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -94,22 +94,14 @@ class MismatchEngine:
         assert temperature > 0, "the mismatch engine samples (train.temperature > 0)"
         start, tok = time.perf_counter(), self.tokenizer
         device = next(self.model.parameters()).device
-        enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
-        prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)              # (B, P)
-        prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)
+        ids, mask = encode(tok, prompts, device)
+        prompt_ids, prompt_mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)   # (B, P)
         B = prompt_ids.shape[0]
         gen = torch.Generator(device=device).manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
-        unique_mask = enc["attention_mask"].to(device)
         models = (self.engine_model, self.model)                                    # (engine w', trainer w)
-        outs = [m(input_ids=enc["input_ids"].to(device), attention_mask=unique_mask,
-                  position_ids=position_ids_from(unique_mask), use_cache=True) for m in models]
-        caches = [o[CACHE] for o in outs]
-        if n > 1:
-            for c in caches:
-                c.batch_repeat_interleave(n)
-        logits = [o.logits[:, -1].float().repeat_interleave(n, 0) for o in outs]      # 2 × (B, V)
+        caches, logits = map(list, zip(*(prefill(m, ids, mask, n) for m in models)))   # 2 × cache, 2 × (B, V)
         attn, next_pos = prompt_mask, prompt_mask.sum(-1, keepdim=True)
         tokens, logp_rollout, logp_behavior, alive_mask = [], [], [], []
         done = torch.zeros(B, dtype=torch.bool, device=device)
