@@ -2,9 +2,12 @@
 
     python benchmarks/v2_step_cost.py                       # 12 steps each after 3 not counted, 2 evaluations each
     python benchmarks/v2_step_cost.py --v2-base tiny-cumsum-v2b --forwards hf
+    python benchmarks/v2_step_cost.py --forwards lean --updates 1,2 --evals 0   # the cost of a second update
 
 The trainers are the reference suites' own configs (suites/reference.yaml and suites/reference-v2.yaml,
-seed 0, delay 0, one thread), v2 once per `--forwards` value (model.forward: hf, lean), and run in lockstep:
+seed 0, delay 0, one thread), v2 once per `--forwards` value (model.forward: hf, lean) and `--updates` value
+(train.updates_per_batch k: a step is the batch's proximal log-probs and k updates, as in the trainer's loop),
+and run in lockstep:
 one on-policy step of each in turn (`Trainer.make_batch` + `Trainer.update`, the order rotating each step), so
 the machine's load hits all alike. The float path is the trials' own (harness/numerics.py pins it before torch
 is imported; STALEBENCH_FLOAT_PATH=native lets MKL and ATen choose) and is printed. The figure to carry
@@ -43,8 +46,12 @@ def trainer(suite_file: str, overrides: dict) -> Trainer:
 
 def step(t: Trainer, i: int) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    t.update(t.make_batch(i))
-    t.version += 1
+    batch, k = t.make_batch(i), t.cfg.train.updates_per_batch
+    if k > 1:
+        batch.logp_proximal = t.logp_now(batch.rollout)
+    for _ in range(k):
+        t.update(batch)
+        t.version += 1
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -55,11 +62,14 @@ def main() -> None:
     p.add_argument("--evals", type=int, default=2)
     p.add_argument("--v2-base", default="tiny-cumsum-v2a")
     p.add_argument("--forwards", default="hf,lean", help="v2's model.forward values, each its own trainer")
+    p.add_argument("--updates", default="1", help="v2's train.updates_per_batch values, each its own trainer")
     args = p.parse_args()
     torch.set_num_threads(1)
     systems = {"v1": trainer("reference.yaml", {})}
     for forward in args.forwards.split(","):
-        systems[f"v2 {forward}"] = trainer("reference-v2.yaml", {"model.base": args.v2_base, "model.forward": forward})
+        for k in map(int, args.updates.split(",")):
+            systems[f"v2 {forward}" + (f" k={k}" if k > 1 else "")] = trainer(
+                "reference-v2.yaml", {"model.base": args.v2_base, "model.forward": forward, "train.updates_per_batch": k})
     print(f"load average {os.getloadavg()[0]:.1f} at the start; torch threads 1; float path "
           f"{numerics.record()['float_path']}")
     rows = {name: [] for name in systems}
@@ -71,11 +81,13 @@ def main() -> None:
     for name, r in kept.items():
         print(f"{name}: {statistics.median(w for w, _ in r):.3f} s/step wall, "
               f"{statistics.median(c for _, c in r):.3f} CPU s/step (median of {len(r)})")
-    for a, b in [("v1", n) for n in names[1:]] + ([("v2 hf", "v2 lean")] if {"v2 hf", "v2 lean"} <= set(names) else []):
+    pairs_of = [("v1", n) for n in names[1:]] + [(f"v2 {f}", n) for f in ("hf", "lean") for n in names
+                                                 if n.startswith(f"v2 {f} k=")]
+    for a, b in pairs_of + ([("v2 hf", "v2 lean")] if {"v2 hf", "v2 lean"} <= set(names) else []):
         pairs = list(zip(kept[a], kept[b]))
         print(f"{b} / {a} per step, median of paired ratios: {statistics.median(y[0] / x[0] for x, y in pairs):.2f} "
               f"wall, {statistics.median(y[1] / x[1] for x, y in pairs):.2f} CPU")
-    for name, t in systems.items():
+    for name, t in systems.items() if args.evals else ():
         times = []
         for _ in range(args.evals):
             wall, cpu = time.perf_counter(), time.process_time()

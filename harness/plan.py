@@ -34,6 +34,10 @@ PINNED_FACTOR = 1.53
 # machine, ran at 0.291 and 0.299 s/step (median perf/step_s, pinned path) against 0.084 x 1.53 = 0.129 s
 # (2026-12-01; the cores share caches and memory bandwidth). Applied when trials run side by side.
 PARALLEL_FACTOR = 2.3
+# k = train.updates_per_batch updates per batch: a step of v2 (lean, pinned) with k = 2 costs 1.73x the CPU time of
+# one with k = 1 (the batch's proximal log-probs and a second update; benchmarks/v2_step_cost.py --updates 1,2,
+# paired, load 3.5-3.9, 2026-12-02); other k are extrapolated linearly, 1 + 0.73 (k - 1).
+EXTRA_UPDATE = 0.73
 # GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
 # (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
 # bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at
@@ -120,11 +124,15 @@ def _step_seconds(suite_dir: Path, trials, parallel: int) -> tuple[float | None,
         pinned = _pinned_factor()
         scale = pinned * _side_by_side(parallel) / TINY_RESPONSES
         step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
-                                 * t.config.train.prompts_per_step * t.config.group_size for t in trials)
+                                 * t.config.train.prompts_per_step * t.config.group_size
+                                 * (1 + EXTRA_UPDATE * (t.config.train.updates_per_batch - 1)) for t in trials)
+        updates = sorted({t.config.train.updates_per_batch for t in trials})
         return (step_s, f"the tiny CPU model's measured {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
                         f"with the {' and '.join(forwards)} forward"
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
                         + (f" x {PARALLEL_FACTOR} for trials side by side" if parallel > 1 else "")
+                        + (f" x 1 + {EXTRA_UPDATE} (k - 1) for k = {', '.join(map(str, updates))} updates per batch"
+                           if updates != [1] else "")
                         + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""
 

@@ -255,8 +255,14 @@ def test_trial_kinds_answer_for_their_configs():
 
 def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
     """A companion of reference-v2 (the field table) shares its base and tune sections, so a trial of an
-    estimator configured there is configured as it would be in the reference (same resolved config)."""
+    estimator configured there is configured as it would be in the reference (same resolved config); the
+    updates table differs from it only in updates per batch."""
     reference = load_suite_file(REPO / "suites" / "reference-v2.yaml")
+    updates = load_suite_file(REPO / "suites" / "reference-v2-updates.yaml")
+    assert updates.base["train"].pop("updates_per_batch") == 2 and reference.base["train"]["updates_per_batch"] == 1
+    assert updates.base == {**reference.base, "train": {k: v for k, v in reference.base["train"].items()
+                                                        if k != "updates_per_batch"}}
+    assert (updates.algorithms, updates.overrides) == (reference.algorithms, reference.overrides)
     for name in ("reference-v2-field.yaml",):
         other = load_suite_file(REPO / "suites" / name)
         assert other.base == reference.base, name
@@ -264,3 +270,13 @@ def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
         assert other.tune.tune_seed(other) == reference.tune.tune_seed(reference) == 1007
         assert (other.overrides_scope, other.share_on_policy) == (reference.overrides_scope, reference.share_on_policy)
         assert set(other.algorithms).isdisjoint(reference.algorithms)
+
+
+@pytest.mark.parametrize("slice_name, reference_name", [("quickstart.yaml", "reference.yaml"),
+                                                        ("quickstart-v2.yaml", "reference-v2.yaml")])
+def test_a_quickstart_runs_its_references_own_trials(slice_name, reference_name):
+    """The README's quickstart is a slice of a reference suite: each of its trials has a trial of the reference
+    with the same id and the same resolved config, so its rows can be read against the committed report."""
+    reference = {t.trial_id: t.config for t in expand(load_suite_file(REPO / "suites" / reference_name))}
+    trials = expand(load_suite_file(REPO / "suites" / slice_name))
+    assert trials and all(reference.get(t.trial_id) == t.config for t in trials), slice_name
