@@ -352,3 +352,20 @@ def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_
     row = a.agreement.iloc[0]
     assert (row["slice_a"], row["slice_b"], row["estimators"]) == ("\u03b5=0.1", "\u03b5=0.2", 3)
     assert row["tau"] == pytest.approx(-1.0)
+
+
+def test_a_tuned_table_states_each_estimators_step_size_and_an_untuned_one_does_not():
+    from harness.schema import parse_suite
+
+    def suite(**extra):
+        return parse_suite({"suite": "s", "version": 1, "base": {"train": {"lr": 1e-4}}, "seeds": [0],
+                            "grid": {"algorithm": ["grpo", "m2po", "naive"], "delay": [0, 8]}, **extra})
+
+    tuned = suite(overrides={"grpo": {"train.lr": 1.023e-4}, "naive": {"train.lr": 2.113e-5}}, overrides_scope="stale")
+    assert paper.step_sizes(tuned, ["grpo", "m2po", "naive"]) == (
+        "Step sizes (train.lr, the suite's overrides) at the nonzero delays: grpo 0.0001023, m2po 0.0001, "
+        "naive 2.113e-05; the shared on-policy trials 0.0001.")
+    assert paper.step_sizes(suite(overrides={"naive": {"train.lr": 2e-5}}), ["grpo", "naive"]) == (
+        "Step sizes (train.lr, the suite's overrides): grpo 0.0001, naive 2e-05.")
+    assert paper.step_sizes(suite(overrides={"m2po": {"train.lr": 2e-5}}), ["grpo", "naive"]) == ""
+    assert paper.step_sizes(suite(overrides={"grpo": {"eps": 0.3}}), ["grpo", "m2po", "naive"]) == ""

@@ -137,7 +137,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
-    papers = paper.paper_tables(a)
+    papers = paper.paper_tables(a, res.suite)
     exports = paper.write_exports(papers, res.name, out_dir)
 
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)

@@ -26,9 +26,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.config import TrainConfig
 from harness.report import resolve, stats
 from harness.report.render import DASH, show
 from harness.report.tables import Analysis, _sort_key
+from harness.schema import Suite
 
 FILES = {"markdown": "paper_table.md", "latex": "paper_table.tex", "text": "paper_table.txt"}
 
@@ -87,6 +89,7 @@ class PaperTable:
     low_confidence: bool  # some cell has an interval from fewer than 5 seeds (or none)
     notes: list[str]  # shared-trial footnotes
     resolved: list[tuple[int, int]]  # per delay: (resolved, tested) estimator pairs (resolve.pair_tests)
+    step_sizes: str = ""  # per-estimator train.lr sentence when the suite's overrides set it (step_sizes)
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
@@ -107,13 +110,28 @@ class PaperTable:
         if self.low_confidence:
             text += (f" LOW CONFIDENCE: * marks cells with fewer than {stats.MIN_CONFIDENT_SEEDS} seeds "
                      "(mean with Student-t interval); a single seed has no interval.")
+        if self.step_sizes:
+            text += " " + self.step_sizes
         if self.notes:
             text += " \u2020 " + " \u2020 ".join(self.notes) + "."
         return text
 
 
-def paper_tables(a: Analysis) -> list[PaperTable]:
-    """One PaperTable per slice of ``a.cells``, slices in numeric order, the baseline's row first."""
+def step_sizes(suite: Suite, algorithms: list[str]) -> str:
+    """"Step sizes (train.lr): ..." when the suite's `overrides:` set train.lr for any of ``algorithms`` (a
+    tuned table), else "": each estimator's lr, and where the base's lr still applies."""
+    key, base = "train.lr", suite.base.get("train", {}).get("lr", TrainConfig.lr)
+    if not any(key in suite.overrides.get(a, {}) for a in algorithms):
+        return ""
+    where = " at the nonzero delays" if suite.overrides_scope == "stale" else ""
+    each = ", ".join(f"{a} {suite.overrides.get(a, {}).get(key, base):.4g}" for a in algorithms)
+    shared = f"; the shared on-policy trials {base:.4g}" if suite.overrides_scope == "stale" else ""
+    return f"Step sizes (train.lr, the suite's overrides){where}: {each}{shared}."
+
+
+def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
+    """One PaperTable per slice of ``a.cells``, slices in numeric order, the baseline's row first; with
+    ``suite``, each caption states the step sizes its overrides set (step_sizes)."""
     cells = a.cells[a.cells["delay"].notna()]
     out = []
     slice_keys = sorted(cells["slice"].unique(),
@@ -134,7 +152,8 @@ def paper_tables(a: Analysis) -> list[PaperTable]:
         out.append(PaperTable(str(s), [float(d) for d in delays], rows, (int(seeds.min()), int(seeds.max())),
                               bool((seeds < stats.MIN_CONFIDENT_SEEDS).any()),
                               sorted(set(filter(None, part["shared_note"]))),
-                              resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays])))
+                              resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays]),
+                              step_sizes(suite, algos) if suite is not None else ""))
     return out
 
 
