@@ -118,8 +118,8 @@ class PaperTable:
 
 
 def step_sizes(suite: Suite, algorithms: list[str]) -> str:
-    """"Step sizes (train.lr): ..." when the suite's `overrides:` set train.lr for any of ``algorithms`` (a
-    tuned table), else "": each estimator's lr, and where the base's lr still applies."""
+    """A caption sentence naming each of ``algorithms``' train.lr, and where the base's lr still applies, when
+    the suite's `overrides:` set train.lr for any of them (a tuned table); else ""."""
     key, base = "train.lr", suite.base.get("train", {}).get("lr", TrainConfig.lr)
     if not any(key in suite.overrides.get(a, {}) for a in algorithms):
         return ""
