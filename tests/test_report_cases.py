@@ -13,7 +13,7 @@ import yaml
 
 from harness.report import build_report, closing_table
 from harness.report import figures as fig
-from harness.report import paper, tables
+from harness.report import paper, stats, tables
 from harness.report.load import load_results
 from harness.report.synthetic import provenance, write_trial
 
@@ -369,3 +369,16 @@ def test_a_tuned_table_states_each_estimators_step_size_and_an_untuned_one_does_
         "Step sizes (train.lr, the suite's overrides): grpo 0.0001, naive 2e-05.")
     assert paper.step_sizes(suite(overrides={"m2po": {"train.lr": 2e-5}}), ["grpo", "naive"]) == ""
     assert paper.step_sizes(suite(overrides={"grpo": {"eps": 0.3}}), ["grpo", "m2po", "naive"]) == ""
+
+
+def test_a_row_missing_a_delay_has_no_delay_auc(tmp_path):
+    # grpo has every delay of the table; m2po's delay-32 cell is not run yet: its average over delays 0 and 8
+    # alone would not be comparable with grpo's over 0, 8 and 32, so it is a dash
+    d = suite_dir(tmp_path)
+    for s in range(2):
+        for algo, cells in (("grpo", ((0, 0.9), (8, 0.8), (32, 0.6))), ("m2po", ((0, 0.9), (8, 0.85)))):
+            for delay, acc in cells:
+                trial(d, f"{algo}-{delay}-{s}", algo, delay, s, [0.5, acc])
+    rows = {r.algorithm: r for r in paper.paper_tables(analysis(d))[0].rows}
+    assert rows["grpo"].delay_auc == pytest.approx(stats.delay_auc(np.array([0, 8, 32]), np.array([0.9, 0.8, 0.6])))
+    assert np.isnan(rows["m2po"].delay_auc) and paper.text_rows(paper.paper_tables(analysis(d))[0])[1][-1] == "\u2014"

@@ -14,7 +14,8 @@ acc_base the mean step-0 (first) evaluation of the two cells' trials (the base's
 on-policy gain that survives the delay (``gain_retained``; a plain acc_d / acc_0 has a floor near
 acc_base / acc_0 for an estimator that learns nothing);
 *delay AUC* = area under final accuracy vs x = log2(1 + delay), divided by the x span
-(``stats.delay_auc``: the accuracy averaged over the delays as the figure draws them).
+(``stats.delay_auc``: the accuracy averaged over the delays as the figure draws them; a dash for a row
+missing one of the table's delays, whose average would not be over the same delays as the others').
 """
 
 from __future__ import annotations
@@ -147,7 +148,9 @@ def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
             entries = [_cell(mine.loc[d], best[d]) if d in mine.index else None for d in delays]
             points = [np.nan if c is None else c.point for c in entries]
             kept = gain_retained(entries[0], entries[-1]) if len(entries) > 1 and delays[0] == 0 else np.nan
-            rows.append(PaperRow(algo, entries, kept, stats.delay_auc(np.asarray(delays, float), np.asarray(points))))
+            auc = stats.delay_auc(np.asarray(delays, float), np.asarray(points)) if all(map(np.isfinite, points)) \
+                else np.nan                      # over the table's delays only: a row missing one is not comparable
+            rows.append(PaperRow(algo, entries, kept, auc))
         seeds = part["seeds"].to_numpy(dtype=int)
         out.append(PaperTable(str(s), [float(d) for d in delays], rows, (int(seeds.min()), int(seeds.max())),
                               bool((seeds < stats.MIN_CONFIDENT_SEEDS).any()),
