@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from harness.models import _supervised_batch, accuracy_by_length, char_tokenizer, problems_sha256
@@ -125,13 +128,26 @@ def test_accuracy_by_length_groups_by_answer_length() -> None:
     assert accuracy_by_length(problems, [1.0, 0.0, 1.0]) == {"5": 0.5, "6": 1.0}
 
 
-def test_the_frozen_v2_base_matches_the_task_and_passed_its_probe() -> None:
+V2_BASES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "harness" / "base_models").glob("tiny-cumsum-v2*"))
+
+
+@pytest.mark.parametrize("name", V2_BASES)
+def test_each_frozen_v2_base_matches_the_task_passed_its_probe_and_shares_the_recipe(name) -> None:
+    """Every frozen v2 base: its files' sha256, the task's eval set, a passed probe, the recipe of
+    tiny-cumsum-v2a but for the name and the warm-up seed, and its accepted line in candidates.jsonl."""
     from harness.base_models import BASES_DIR, verify_base
 
-    manifest = verify_base(BASES_DIR / "tiny-cumsum-v2a")            # every file's sha256
+    manifest = verify_base(BASES_DIR / name)                         # every file's sha256
     assert manifest["eval_size"] == 2500 and manifest["eval_set_sha256"] == EVAL_2500_SHA256
     probe, rule = manifest["probe"], manifest["probe"]["rule"]
     assert probe["accepted"] and probe["reasons"] == [] and rule["seeds"] >= 3
     finals = [run["curve"][-1][1] for run in probe["runs"]]
     assert probe["gain"] >= rule["min_gain"] and probe["seed_sd"] <= rule["max_seed_sd"]
     assert probe["zero_adv_frac"] <= rule["max_zero_adv"] and min(finals) > manifest["eval_acc"]
+    candidates = [json.loads(line) for line in (BASES_DIR / "candidates.jsonl").read_text().splitlines()]
+    mine = [c for c in candidates if c["name"] == name]
+    assert len(mine) == 1 and mine[0]["accepted"] and mine[0]["sha256"] == manifest["sha256"]
+    first = next(c for c in candidates if c["name"] == "tiny-cumsum-v2a")["recipe"]
+    differs = {k for k in first.keys() | mine[0]["recipe"].keys() if first.get(k) != mine[0]["recipe"].get(k)}
+    assert differs <= {"name", "warmup_seed"}
+    assert len(V2_BASES) >= 2 and len({c["recipe"]["warmup_seed"] for c in candidates if c["accepted"]}) == len(V2_BASES)
