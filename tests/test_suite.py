@@ -256,13 +256,16 @@ def test_trial_kinds_answer_for_their_configs():
 def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
     """A companion of reference-v2 (the field table) shares its base and tune sections, so a trial of an
     estimator configured there is configured as it would be in the reference (same resolved config); the
-    updates table differs from it only in updates per batch, the shared-lr table only in having no tuned lrs."""
+    updates table differs from it only in updates per batch, the shared-lr table only in having no tuned lrs, the bases table only in its bases."""
     reference = load_suite_file(REPO / "suites" / "reference-v2.yaml")
     updates = load_suite_file(REPO / "suites" / "reference-v2-updates.yaml")
     assert updates.base["train"].pop("updates_per_batch") == 2 and reference.base["train"]["updates_per_batch"] == 1
     assert updates.base == {**reference.base, "train": {k: v for k, v in reference.base["train"].items()
                                                         if k != "updates_per_batch"}}
     assert (updates.algorithms, updates.overrides) == (reference.algorithms, reference.overrides)
+    bases = load_suite_file(REPO / "suites" / "reference-v2-bases.yaml")
+    assert (bases.base, bases.algorithms, bases.overrides) == (reference.base, reference.algorithms, reference.overrides)
+    assert "tiny-cumsum-v2a" not in bases.grid["model.base"] and bases.grid["delay"] == [0, max(reference.grid["delay"])]
     shared = load_suite_file(REPO / "suites" / "reference-v2-shared-lr.yaml")
     assert (shared.base, shared.algorithms, shared.overrides) == (reference.base, reference.algorithms, {})
     for name in ("reference-v2-field.yaml",):
