@@ -270,6 +270,18 @@ def test_compare_puts_two_suites_side_by_side_with_difference_intervals(tmp_path
             trial(d, f"{algorithm}-s0", algorithm, 16, 0, [0.2, final])
     assert compare(tmp_path / "c", tmp_path / "e").splitlines()[-1] == \
         "Kendall's tau-b of the rankings at delay=16: +0.33 over 3 estimators"
+    # B varies a key A does not (its bases): each of B's slices is set against A's cells, with its own tau.
+    # A ranks x > y > z at delay 16; B's base p agrees (+1), its base q reverses it (-1).
+    d = suite_dir(tmp_path, "bases")
+    for base, values in (("p", (0.6, 0.5, 0.4)), ("q", (0.3, 0.4, 0.5))):
+        for algorithm, final in zip(("grpo", "tic_grpo", "m2po"), values):
+            trial(d, f"{algorithm}-{base}-s0", algorithm, 16, 0, [0.2, final], base=base)
+    text = compare(tmp_path / "c", d).splitlines()
+    assert text[-2:] == ["Kendall's tau-b of the rankings at delay=16, base=p: +1.00 over 3 estimators",
+                         "Kendall's tau-b of the rankings at delay=16, base=q: -1.00 over 3 estimators"]
+    assert any(ln.split()[:3] == ["m2po", "16", "q"] and "+0.200" in ln for ln in text)      # 0.5 - 0.3
+    with pytest.raises(ValueError, match="pass the suite with fewer as A"):
+        compare(d, tmp_path / "c")
     # Welch by hand: x = y = [0.40, 0.42], difference 0, s² = 0.0002 each, se = sqrt(2 · 0.0002/2) = 0.01414,
     # dof = 2, t_0.975,2 = 4.3027: interval ±0.06085.
     d = difference_estimate(np.array([0.40, 0.42]), np.array([0.40, 0.42]))

@@ -7,7 +7,8 @@ difference uses ``stats.difference_estimate`` (IQM bootstrap with >= 5 seeds a s
 marked `*`). "differs" means the interval excludes 0. Below the cells, per delay (and other shared
 key), Kendall's tau-b between the two suites' rankings of the estimators by that point estimate
 (``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
-machine), whether or not any single difference is resolved.
+machine), whether or not any single difference is resolved. B may vary grid keys A does not (the other bases
+of suites/reference-v2-bases.yaml against the main table): each of its slices is set against A's cells.
 """
 from __future__ import annotations
 
@@ -35,17 +36,19 @@ def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str]]
 def compare(a_dir: Path, b_dir: Path) -> str:
     name_a, cells_a, keys_a = _finals(a_dir)
     name_b, cells_b, keys_b = _finals(b_dir)
-    if keys_a != keys_b:
+    extra = [k for k in keys_b if k not in keys_a]          # B's own slices (e.g. its bases), each set against A
+    if [k for k in keys_b if k not in extra] != keys_a:
         raise ValueError(f"{a_dir} and {b_dir} vary different grid keys ({', '.join(keys_a)} vs {', '.join(keys_b)}); "
-                         f"compare suites with the same axes")
-    common = sorted(set(cells_a) & set(cells_b), key=lambda k: tuple(str(v) for v in k))
+                         f"compare suites with the same axes, or B with more (pass the suite with fewer as A)")
+    on_a = lambda key: tuple(v for k, v in zip(keys_b, key) if k not in extra)   # noqa: E731  B's cell -> A's
+    common = sorted((key for key in cells_b if on_a(key) in cells_a), key=lambda k: tuple(str(v) for v in k))
     if not common:
         raise ValueError(f"{a_dir} and {b_dir} have no cell (estimator, delay, ...) in common")
-    head = [*keys_a, f"A {name_a}", f"B {name_b}", "B - A [95% CI]", ""]
+    head = [*keys_b, f"A {name_a}", f"B {name_b}", "B - A [95% CI]", ""]
     rows = []
     for key in common:
-        ea, eb = stats.estimate(cells_a[key]), stats.estimate(cells_b[key])
-        d = stats.difference_estimate(cells_b[key], cells_a[key])
+        ea, eb = stats.estimate(cells_a[on_a(key)]), stats.estimate(cells_b[key])
+        d = stats.difference_estimate(cells_b[key], cells_a[on_a(key)])
         interval = f" [{d.lo:+.3f}, {d.hi:+.3f}]" if d.method != "none" else " (no interval)"
         differs = d.method != "none" and (d.lo > 0 or d.hi < 0)
         rows.append([*map(str, key), f"{ea.point:.3f} (n={ea.n})", f"{eb.point:.3f} (n={eb.n})",
@@ -53,16 +56,16 @@ def compare(a_dir: Path, b_dir: Path) -> str:
                      "differs" if differs else ""])
     taus = []
     for rest in sorted({key[1:] for key in common}, key=lambda k: tuple(str(v) for v in k)):
-        at = {key[0]: stats.estimate(cells_a[key]).point for key in common if key[1:] == rest}
+        at = {key[0]: stats.estimate(cells_a[on_a(key)]).point for key in common if key[1:] == rest}
         bt = {key[0]: stats.estimate(cells_b[key]).point for key in common if key[1:] == rest}
         tau, n = stats.kendall_tau(at, bt)
         if n >= 3:
-            where = ", ".join(f"{k}={v}" for k, v in zip(keys_a[1:], rest))
+            where = ", ".join(f"{k}={v}" for k, v in zip(keys_b[1:], rest))
             taus.append(f"Kendall's tau-b of the rankings at {where}: "
                         + (f"{tau:+.2f}" if tau == tau else "undefined (one side is all ties)") + f" over {n} estimators")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-    only = len(set(cells_a) ^ set(cells_b))
+    only = len(set(cells_a) ^ {on_a(key) for key in cells_b})
     notes = [f"A = {a_dir}, B = {b_dir}: final held-out accuracy per cell ({len(common)} cells in common"
              + (f", {only} in only one" if only else "") + ").",
              "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval); "
