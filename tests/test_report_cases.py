@@ -375,8 +375,8 @@ def test_a_tuned_table_states_each_estimators_step_size_and_an_untuned_one_does_
 
     tuned = suite(overrides={"grpo": {"train.lr": 1.023e-4}, "naive": {"train.lr": 2.113e-5}}, overrides_scope="stale")
     assert paper.step_sizes(tuned, ["grpo", "m2po", "naive"]) == (
-        "Step sizes (train.lr, the suite's overrides) at the nonzero delays: grpo 0.0001023, m2po 0.0001, "
-        "naive 2.113e-05; the shared on-policy trials 0.0001.")
+        "Step sizes (train.lr, the suite's overrides, except in on-policy trials, which keep 0.0001): grpo 0.0001023, "
+        "m2po 0.0001, naive 2.113e-05.")
     assert paper.step_sizes(suite(overrides={"naive": {"train.lr": 2e-5}}), ["grpo", "naive"]) == (
         "Step sizes (train.lr, the suite's overrides): grpo 0.0001, naive 2e-05.")
     assert paper.step_sizes(suite(overrides={"m2po": {"train.lr": 2e-5}}), ["grpo", "naive"]) == ""

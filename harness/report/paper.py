@@ -124,10 +124,9 @@ def step_sizes(suite: Suite, algorithms: list[str]) -> str:
     key, base = "train.lr", suite.base.get("train", {}).get("lr", TrainConfig.lr)
     if not any(key in suite.overrides.get(a, {}) for a in algorithms):
         return ""
-    where = " at the nonzero delays" if suite.overrides_scope == "stale" else ""
+    scope = f", except in on-policy trials, which keep {base:.4g}" if suite.overrides_scope == "stale" else ""
     each = ", ".join(f"{a} {suite.overrides.get(a, {}).get(key, base):.4g}" for a in algorithms)
-    shared = f"; the shared on-policy trials {base:.4g}" if suite.overrides_scope == "stale" else ""
-    return f"Step sizes (train.lr, the suite's overrides){where}: {each}{shared}."
+    return f"Step sizes (train.lr, the suite's overrides{scope}): {each}."
 
 
 def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
