@@ -93,6 +93,9 @@ class LeanQwen3:
         self.eps, self.scale = c.rms_norm_eps, c.head_dim ** -0.5
         self.inv_freq = m.rotary_emb.inv_freq                                      # (D/2,)
         self.embed, self.w_norm, self.lm_head = m.embed_tokens.weight, m.norm.weight, model.lm_head.weight
+        self.padding_idx = m.embed_tokens.padding_idx   # as transformers' nn.Embedding: no gradient reaches the
+                                                        # pad row from a pad token read as input (one sampled mid-
+                                                        # response); with a tied head its output gradient remains
         self.layers = []
         for layer in m.layers:
             a, mlp = layer.self_attn, layer.mlp
@@ -141,7 +144,7 @@ class LeanQwen3:
     def run(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """ids, positions (…) → last hidden states (…, C)."""
         cos, sin = self.rope(positions)
-        x = F.embedding(ids, self.embed)
+        x = F.embedding(ids, self.embed, self.padding_idx)
         for i in range(len(self.layers)):
             x = self._block(i, x, cos, sin, attend)
         return x
