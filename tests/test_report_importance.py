@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from harness import trialdir
 from harness.report.importance import delay_label, importance_figures
+from harness.report.load import importance_summary
 from harness.report.plotting import Output
 
 LAW = json.dumps({"dist": "geometric", "p": 0.2, "max": 16, "min": 0, "mean": None}, sort_keys=True)
@@ -33,7 +35,11 @@ def test_figures_by_delay_and_estimator(tmp_path):
                                                                "clipped_by_position": [0, 1], "tokens_by_position": [4, 4]})
             trials.append({"trial_id": tid, "status": "completed", "algorithm": algo, "delay": delay, "slice": "",
                            "is/adv_pos_clipped_frac": 0.5})        # the trials table may hold a column of that name
-    out = importance_figures(pd.DataFrame(trials), tmp_path, Output(tmp_path, ("png", "svg")), "grpo")
+    summaries = {t["trial_id"]: importance_summary(trialdir.read_metrics(tmp_path / t["trial_id"]), tmp_path / t["trial_id"])
+                 for t in trials}
+    assert summaries["grpo-0"].scalars["is/log_ratio_q99"] == pytest.approx(0.35)   # steps 3, 4: the second half
+    assert list(summaries["grpo-0"].hists["clipped_by_position"]) == [0, 2]
+    out = importance_figures(pd.DataFrame(trials), summaries, Output(tmp_path, ("png", "svg")), "grpo")
     assert [f.title for f in out] == ["Importance diagnostics by delay", "Token log-ratio histograms",
                                       "Clipped tokens by position"]
     assert all((tmp_path / f.file).stat().st_size > 1000 and (tmp_path / f.svg).exists() for f in out)
@@ -44,4 +50,6 @@ def test_nothing_to_draw_without_the_diagnostics(tmp_path):
     (tmp_path / "t").mkdir()
     trialdir.append_jsonl(tmp_path / "t" / trialdir.METRICS, {"step": 1, "loss/value": 0.0})
     trials = pd.DataFrame([{"trial_id": "t", "status": "completed", "algorithm": "grpo", "delay": 0, "slice": ""}])
-    assert importance_figures(trials, tmp_path, Output(tmp_path), "grpo") == []
+    summary = importance_summary(trialdir.read_metrics(tmp_path / "t"), tmp_path / "t")
+    assert summary.hists is None
+    assert importance_figures(trials, {"t": summary}, Output(tmp_path), "grpo") == []

@@ -133,7 +133,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "group_size": partial(fig.heatmap, "group_size", plot, figures_out),
         "survival": partial(fig.survival_curves, plot, figures_out),
         "staleness": partial(fig.staleness, a.trials, res.metrics, figures_out)})
-    figures += importance.importance_figures(a.cell_trials, res.path, figures_out, res.settings.baseline)
+    figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
     extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)

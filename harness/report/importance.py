@@ -1,6 +1,7 @@
 """Per-token importance diagnostics by delay and estimator (docs/metrics.md, docs/staleness.md).
 
-Three figures from what the trials stored (reports read; runs compute): each trial's `metrics.jsonl`
+Three figures from what the trials stored (reports read; runs compute), as report/load.py summarises each
+trial when it reads it (load.Importance): its `metrics.jsonl`
 (the `is/log_ratio_q*`, `is/adv_*_clipped_frac`, `is/group_ess_min`, `is/clipped_entropy` and
 `mismatch/kl` scalars, averaged over the second half of its steps, past any warm-up) and its
 `is_hist.jsonl` (log ρ counts and clipped tokens by position, summed over the same steps). Panels: one
@@ -11,6 +12,7 @@ over seeds, bars min..max over seeds. A suite whose trials logged none of these 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,15 @@ import numpy as np
 import pandas as pd
 
 from harness import trialdir
+from harness.report.load import IMPORTANCE_KEYS, Importance, sum_lists
 from harness.report.plotting import FigureOut, Output, estimator_style, save
 from harness.report.tables import FINISHED, _sort_key
 
-SCALARS = (("is/log_ratio_q99", "log ρ, 99% quantile"), ("is/log_ratio_q01", "log ρ, 1% quantile"),
-           ("is/adv_pos_clipped_frac", "clipped fraction, A > 0"), ("is/adv_neg_clipped_frac", "clipped fraction, A < 0"),
-           ("is/group_ess_min", "smallest group ESS"), ("is/clipped_entropy", "entropy of clipped tokens"),
-           ("mismatch/kl", "KL(π_rollout ‖ π_b)"))
+TITLES = {"is/log_ratio_q99": "log ρ, 99% quantile", "is/log_ratio_q01": "log ρ, 1% quantile",
+          "is/adv_pos_clipped_frac": "clipped fraction, A > 0", "is/adv_neg_clipped_frac": "clipped fraction, A < 0",
+          "is/group_ess_min": "smallest group ESS", "is/clipped_entropy": "entropy of clipped tokens",
+          "mismatch/kl": "KL(π_rollout ‖ π_b)"}
+SCALARS = tuple((key, TITLES[key]) for key in IMPORTANCE_KEYS)
 PANEL = 2.4          # inches per panel
 
 
@@ -44,47 +48,23 @@ def delay_label(value: Any) -> str:
     return f"{dist} {params} ≤{law.get('max')}".replace("  ", " ")
 
 
-def _trial_summaries(trials: pd.DataFrame, results_dir: Path) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarray]]]:
-    """Per trial: the SCALARS' means over its second half of steps, and its summed histograms."""
-    rows, hists = [], {}
-    for tid in trials["trial_id"].unique():
-        metrics = trialdir.read_metrics(results_dir / tid)
-        half = [r for r in metrics if r.get("step", 0) > len(metrics) // 2]
-        row = {"trial_id": tid}
-        for key, _ in SCALARS:
-            vals = [r[key] for r in half if isinstance(r.get(key), (int, float))]
-            row[key] = float(np.mean(vals)) if vals else np.nan
-        rows.append(row)
-        side = [h for h in trialdir.read_side_rows(results_dir / tid, trialdir.IS_HIST) if h.get("step", 0) > len(metrics) // 2]
-        if side:
-            hists[tid] = {k: _summed([h.get(k) for h in side]) for k in ("log_ratio_counts", "clipped_by_position",
-                                                                          "tokens_by_position")}
-    return pd.DataFrame(rows), hists
-
-
-def _summed(lists: list[Any]) -> np.ndarray:
-    good = [np.asarray(x, dtype=float) for x in lists if isinstance(x, list) and all(isinstance(v, (int, float)) for v in x)]
-    if not good:
-        return np.zeros(0)
-    out = np.zeros(max(len(x) for x in good))
-    for x in good:
-        out[:len(x)] += x
-    return out
-
-
 def _layout(done: pd.DataFrame) -> tuple[list[str], list[Any], dict[Any, str]]:
     slices = sorted(done["slice"].unique(), key=str)
     delays = sorted(done["delay"].unique(), key=_sort_key)
     return slices, delays, {d: delay_label(d) for d in delays}
 
 
-def importance_figures(cell_trials: pd.DataFrame, results_dir: Path, out: Output, baseline: str) -> list[FigureOut]:
-    """The three figures (scalars by delay, log ρ histograms, clipped fraction by position), or []."""
+def importance_figures(cell_trials: pd.DataFrame, importance: Mapping[str, Importance], out: Output,
+                       baseline: str) -> list[FigureOut]:
+    """The three figures (scalars by delay, log ρ histograms, clipped fraction by position) from the
+    trials' Importance (load.SuiteResults.importance), or []."""
     done = cell_trials[cell_trials["status"].isin(FINISHED)].copy()
     if done.empty:
         return []
     done["delay"] = done["delay"].astype(object).where(done["delay"].notna(), "0")
-    summary, hists = _trial_summaries(done, Path(results_dir))
+    ids = done["trial_id"].unique()
+    summary = pd.DataFrame([{"trial_id": tid, **importance[tid].scalars} for tid in ids])
+    hists = {tid: importance[tid].hists for tid in ids if importance[tid].hists is not None}
     done = done.drop(columns=[k for k, _ in SCALARS if k in done]).merge(summary, on="trial_id")  # ours, not the table's
     keys = [(k, t) for k, t in SCALARS if done[k].notna().any()]
     if not keys:
@@ -148,7 +128,7 @@ def _histograms(done: pd.DataFrame, hists: dict, styles: dict, out: Output) -> F
             ax = axes[r, c]
             part = done[(done["slice"] == sl) & (done["delay"] == d)]
             for algo, g in part.groupby(part["algorithm"].astype(str)):
-                counts = _summed([hists[t]["log_ratio_counts"].tolist() for t in g["trial_id"] if t in hists])
+                counts = sum_lists([hists[t]["log_ratio_counts"].tolist() for t in g["trial_id"] if t in hists])
                 if counts.size == HIST_BINS + 2 and counts.sum() > 0:
                     ax.plot(centers, counts[1:-1] / counts.sum(), color=styles[algo].colour, lw=1.1)
             ax.set_yscale("log")
@@ -171,8 +151,8 @@ def _by_position(done: pd.DataFrame, hists: dict, styles: dict, out: Output) -> 
             part = done[(done["slice"] == sl) & (done["delay"] == d)]
             for algo, g in part.groupby(part["algorithm"].astype(str)):
                 ids = [t for t in g["trial_id"] if t in hists]
-                clipped = _summed([hists[t]["clipped_by_position"].tolist() for t in ids])
-                tokens = _summed([hists[t]["tokens_by_position"].tolist() for t in ids])
+                clipped = sum_lists([hists[t]["clipped_by_position"].tolist() for t in ids])
+                tokens = sum_lists([hists[t]["tokens_by_position"].tolist() for t in ids])
                 if tokens.size and clipped.size == tokens.size:
                     frac = np.divide(clipped, tokens, out=np.full(tokens.size, np.nan), where=tokens > 0)
                     ax.plot(np.arange(tokens.size), frac, color=styles[algo].colour, marker=styles[algo].marker, ms=3, lw=1.1)

@@ -48,6 +48,18 @@ EVAL_N_KEY = "eval/n"  # problems per evaluation (the collapse rules' standard e
 LIST_PARAMS = ("ignored", "stands_for")  # reserved list-valued params.json keys (not grid axes)
 RESERVED_PARAMS = ("trial_id", "seed", *LIST_PARAMS)  # params.json keys that do not define a cell
 CELL_AXES = ("algorithm", "delay")  # the two cell keys every report is organised by
+IMPORTANCE_KEYS = ("is/log_ratio_q99", "is/log_ratio_q01", "is/adv_pos_clipped_frac", "is/adv_neg_clipped_frac",
+                   "is/group_ess_min", "is/clipped_entropy", "mismatch/kl")  # report/importance.py's scalars
+HIST_KEYS = ("log_ratio_counts", "clipped_by_position", "tokens_by_position")  # is_hist.jsonl's lists
+
+
+@dataclass(frozen=True)
+class Importance:
+    """A trial's per-token importance diagnostics over the second half of its steps (past any warm-up),
+    what report/importance.py draws: read with the trial, so the figures need not read its files again."""
+
+    scalars: dict[str, float]  # each IMPORTANCE_KEYS metric's mean over those steps; NaN where never logged
+    hists: dict[str, np.ndarray] | None  # is_hist.jsonl's HIST_KEYS lists summed over them; None: no rows
 
 
 @dataclass
@@ -64,6 +76,7 @@ class SuiteResults:
     metrics: pd.DataFrame  # long (trial_id, step, loss_nonfinite, METRIC_KEYS..., diagnostics...)
     evals: pd.DataFrame  # long (trial_id, step, eval/acc)
     provenance: dict[str, dict[str, Any] | None]  # trial_id -> provenance.json (None: absent/unreadable)
+    importance: dict[str, Importance]  # trial_id -> its importance diagnostics
 
     @property
     def diagnostic_keys(self) -> list[str]:
@@ -181,9 +194,33 @@ def _read_suite(results_dir: Path) -> tuple[Suite, str]:
     return suite, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def importance_summary(metric_rows: list[dict[str, Any]], trial_dir: Path) -> Importance:
+    """The Importance of a trial from its metrics rows (all of them) and its is_hist.jsonl."""
+    half = [r for r in metric_rows if r.get("step", 0) > len(metric_rows) // 2]
+    scalars = {}
+    for key in IMPORTANCE_KEYS:
+        vals = [r[key] for r in half if isinstance(r.get(key), (int, float))]
+        scalars[key] = float(np.mean(vals)) if vals else np.nan
+    side = [h for h in trialdir.read_side_rows(trial_dir, trialdir.IS_HIST)
+            if h.get("step", 0) > len(metric_rows) // 2]
+    return Importance(scalars, {k: sum_lists([h.get(k) for h in side]) for k in HIST_KEYS} if side else None)
+
+
+def sum_lists(lists: list[Any]) -> np.ndarray:
+    """The element-wise sum of the lists of numbers among ``lists`` (shorter ones zero-padded)."""
+    good = [np.asarray(x, dtype=float) for x in lists if isinstance(x, list) and all(isinstance(v, (int, float)) for v in x)]
+    if not good:
+        return np.zeros(0)
+    out = np.zeros(max(len(x) for x in good))
+    for x in good:
+        out[:len(x)] += x
+    return out
+
+
 def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray],
-                                          dict[str, Any] | None]:
-    """One trial: its table row (params, status, notes), metric curve, eval curve and provenance."""
+                                          dict[str, Any] | None, Importance]:
+    """One trial: its table row (params, status, notes), metric curve, eval curve, provenance and
+    importance diagnostics."""
     params, notes = _read_params(trial_dir)
     record = trialdir.read_record(trial_dir)
     status_notes = [record.note] if record.note else []
@@ -207,7 +244,8 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
         row.setdefault(key, ())
     evals = _curve(eval_rows, (ACC_KEY, EVAL_N_KEY))
     row["eval_size"] = _eval_size(evals.pop(EVAL_N_KEY), trial_dir)
-    return row, _curve(metric_rows, _metric_keys(metric_rows)), evals, prov
+    return (row, _curve(metric_rows, _metric_keys(metric_rows)), evals, prov,
+            importance_summary(metric_rows, trial_dir))
 
 
 def _eval_size(logged: np.ndarray, trial_dir: Path) -> float:
@@ -232,14 +270,15 @@ def load_results(results_dir: Path) -> SuiteResults:
     if not dirs:
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
                          "suite first or pass another results dir")
-    trial_rows, metric_parts, eval_parts, provenance = [], [], [], {}
+    trial_rows, metric_parts, eval_parts, provenance, importance = [], [], [], {}, {}
     read = [partial(_read_trial, d) for d in dirs]
     parts = fork_map(read, chunks_per_worker=4) if len(dirs) >= PARALLEL_TRIALS else [job() for job in read]
-    for d, (row, metric_curve, eval_curve, prov) in zip(dirs, parts):
+    for d, (row, metric_curve, eval_curve, prov, imp) in zip(dirs, parts):
         trial_rows.append(row)
         metric_parts.append((d.name, metric_curve))
         eval_parts.append((d.name, eval_curve))
         provenance[d.name] = prov
+        importance[d.name] = imp
     trials = pd.DataFrame(trial_rows)
     for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
         if key not in trials:
@@ -257,6 +296,7 @@ def load_results(results_dir: Path) -> SuiteResults:
         metrics=_long_frame(metric_parts),
         evals=_long_frame(eval_parts),
         provenance=provenance,
+        importance=importance,
     )
 
 
