@@ -310,7 +310,8 @@ def test_columns_in_one_pass_equal_columns_one_by_one():
 
     uniform = [{"step": s, "a": s / 3, "b": None if s == 2 else -s} for s in range(1, 6)]
     mixed = uniform[:2] + [{"step": 3, "a": "text"}] + uniform[3:]
-    for rows in (uniform, mixed):
+    renamed = uniform[:2] + [{"step": 3, "a": 1.0, "c": 2.0}] + uniform[3:]   # as many keys, another name
+    for rows in (uniform, mixed, renamed):
         fast = _columns(rows, ("step", "a", "b", "absent"))
         for key, column in fast.items():
             np.testing.assert_array_equal(column, _column(rows, key))

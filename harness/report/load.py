@@ -58,7 +58,7 @@ class Importance:
     """A trial's per-token importance diagnostics over the second half of its steps (past any warm-up),
     what report/importance.py draws: read with the trial, so the figures need not read its files again."""
 
-    scalars: dict[str, float]  # each IMPORTANCE_KEYS metric's mean over those steps; NaN where never logged
+    scalars: dict[str, float]  # each IMPORTANCE_KEYS metric's mean over the steps that logged a number (else NaN)
     hists: dict[str, np.ndarray] | None  # is_hist.jsonl's HIST_KEYS lists summed over them; None: no rows
 
 
@@ -112,11 +112,11 @@ def _columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.
     """``_column`` of each key; in one pass when every row has the same keys (a file written by one
     trainer), which is what makes a report of thousands of trials fast."""
     names = tuple(rows[0]) if rows else ()
-    if names and all(r.keys() == rows[0].keys() for r in rows):
+    if names and set(map(len, rows)) == {len(names)}:  # same sizes; a row with other keys raises KeyError
         values = operator.itemgetter(*names)
         try:
-            matrix = np.array([values(r) for r in rows], dtype=float).reshape(len(rows), len(names))
-        except (TypeError, ValueError):  # a list or dict among the values: column by column
+            matrix = np.array(list(map(values, rows)), dtype=float).reshape(len(rows), len(names))
+        except (KeyError, TypeError, ValueError):  # other keys, or a list or dict among the values
             pass
         else:
             index = {k: i for i, k in enumerate(names)}
@@ -198,9 +198,9 @@ def importance_summary(metric_rows: list[dict[str, Any]], trial_dir: Path) -> Im
     """The Importance of a trial from its metrics rows (all of them) and its is_hist.jsonl."""
     half = [r for r in metric_rows if r.get("step", 0) > len(metric_rows) // 2]
     scalars = {}
-    for key in IMPORTANCE_KEYS:
-        vals = [r[key] for r in half if isinstance(r.get(key), (int, float))]
-        scalars[key] = float(np.mean(vals)) if vals else np.nan
+    for key, values in _columns(half, IMPORTANCE_KEYS).items():   # NaN: not logged, or not a number
+        values = values[~np.isnan(values)]
+        scalars[key] = float(values.mean()) if values.size else np.nan
     side = [h for h in trialdir.read_side_rows(trial_dir, trialdir.IS_HIST)
             if h.get("step", 0) > len(metric_rows) // 2]
     return Importance(scalars, {k: sum_lists([h.get(k) for h in side]) for k in HIST_KEYS} if side else None)
