@@ -4,7 +4,8 @@
 config, params, provenance, metrics, eval, status, and the side rows trace and is_hist where present; never
 checkpoints, kept policies or logs) as a gzip'd tar, deterministically (sorted members, zero times and
 owners), so re-packing the same results gives the same bytes and anyone can re-render or audit a committed
-report from it (`stalebench report RAW.tar.gz`).
+report from it (`stalebench report RAW.tar.gz`). A tuned suite's tuning trials (results/<suite>/tune/) pack the
+same way, beside it (tune.raw.tar.gz), so the choice of its step sizes can be audited too.
 
 ``open_archive(path)`` extracts one into a new temporary suite results directory and returns it. An
 archive is untrusted input: every member must be a regular file named ``suite.yaml`` or
@@ -27,6 +28,7 @@ from . import trialdir
 
 SUITE_FILE = trialdir.SUITE_FILE
 ARCHIVE_NAME = "raw.tar.gz"
+TUNE_ARCHIVE_NAME = "tune.raw.tar.gz"   # the tuning trials of `stalebench tune` (results/<suite>/tune/)
 MAX_MEMBER_BYTES = 512 * 2**20   # one metrics.jsonl of a long run stays far below this
 MAX_TOTAL_BYTES = 8 * 2**30
 MAX_MEMBERS = 200_000           # 10,000 trials x (6 files + a directory)
@@ -47,14 +49,15 @@ def _trial_dirs(suite_dir: Path) -> list[Path]:
                   and any((d / name).is_file() for name in trialdir.RECORD))
 
 
-def pack_suite(suite_dir: Path, out_path: Path) -> Path:
-    """Write ``out_path`` (a .tar.gz) holding ``suite_dir``'s suite.yaml and each trial's record files;
-    returns it. Written to a temporary file beside it first, so a failure leaves nothing half written."""
+def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None) -> Path:
+    """Write ``out_path`` (a .tar.gz) holding ``suite_dir``'s suite.yaml and the record files of each trial
+    of ``trials_from`` (default: ``suite_dir``; its tune/ directory packs the suite's tuning trials); returns
+    it. Written to a temporary file beside it first, so a failure leaves nothing half written."""
     suite_dir, out_path = Path(suite_dir), Path(out_path)
     if not (suite_dir / SUITE_FILE).is_file():
         raise ArchiveError(f"{suite_dir} is not a suite results dir (no {SUITE_FILE}); pass results/<suite>")
     files = [(SUITE_FILE, suite_dir / SUITE_FILE)]
-    for d in _trial_dirs(suite_dir):
+    for d in _trial_dirs(Path(trials_from) if trials_from is not None else suite_dir):
         files += [(f"{d.name}/{name}", d / name) for name in trialdir.RAW
                   if (d / name).is_file() and not (d / name).is_symlink()]
     if len(files) == 1:
@@ -74,6 +77,13 @@ def pack_suite(suite_dir: Path, out_path: Path) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return out_path
+
+
+def pack_tuning(suite_dir: Path, out_path: Path) -> Path | None:
+    """pack_suite of the suite's tuning trials (``stalebench tune``: results/<suite>/tune/) into ``out_path``;
+    None when the suite has none."""
+    tune = trialdir.tune_dir(suite_dir)
+    return pack_suite(suite_dir, out_path, tune) if tune.is_dir() and _trial_dirs(tune) else None
 
 
 def _info(name: str, kind: bytes, size: int) -> tarfile.TarInfo:

@@ -183,8 +183,11 @@ def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = F
         source = merged.path if merged else results
         index = build_report(source, out, kinds)
         if raw:
-            from .archive import ARCHIVE_NAME, pack_suite
+            from .archive import ARCHIVE_NAME, TUNE_ARCHIVE_NAME, pack_suite, pack_tuning
             print(f"raw trials: {pack_suite(source, index.parent / ARCHIVE_NAME)}")
+            tuning = pack_tuning(source, index.parent / TUNE_ARCHIVE_NAME)
+            if tuning:
+                print(f"raw tuning trials: {tuning}")
     finally:
         if merged:
             shutil.rmtree(merged.path, ignore_errors=True)

@@ -61,6 +61,21 @@ def test_pack_and_open_round_trip_without_checkpoints(tmp_path):
         shutil.rmtree(opened)
 
 
+def test_a_tuned_suites_tuning_trials_pack_beside_its_trials(tmp_path):
+    suite = reference(tmp_path / "results")
+    assert archive.pack_tuning(suite, tmp_path / "none.tar.gz") is None and not (tmp_path / "none.tar.gz").exists()
+    tuned = trialdir.tune_dir(suite) / "tune-grpo-lr1.0e-04"
+    shutil.copytree(suite / "grpo-d8-e0.2-g8-s0", tuned)
+    (tuned / trialdir.CHECKPOINT).write_bytes(b"weights")
+    (trialdir.tune_dir(suite) / "trials.jsonl").write_text("{}\n")      # the tuner's own log is not a trial
+    with tarfile.open(archive.pack_tuning(suite, tmp_path / archive.TUNE_ARCHIVE_NAME)) as tar:
+        names = tar.getnames()
+    assert names[0] == "tune-grpo-lr1.0e-04" and "suite.yaml" in names
+    assert {n.split("/")[-1] for n in names if "/" in n} == {p.name for p in tuned.iterdir()} - {trialdir.CHECKPOINT}
+    with tarfile.open(pack_suite(suite, tmp_path / "raw.tar.gz")) as tar:
+        assert not any(n.startswith("tune") for n in tar.getnames())     # the suite's own archive keeps out the tuning
+
+
 def hostile(path: Path, *members: tuple[tarfile.TarInfo, bytes]) -> Path:
     """A .tar.gz with suite.yaml and the given members."""
     with tarfile.open(path, "w:gz") as tar:
