@@ -8,14 +8,17 @@ of itself and of its largest worker, so sizes do not share caches or memory. Tar
 idle machine. Wall time depends on what else runs; CPU time less so, so each line also prints the load average.
 
 ``--formats png png,svg --rounds 3`` builds each size's report with each figure-format list in turn (A B A B ...,
-one written suite), so a before/after pair sees the same machine load.
+one written suite), so a before/after pair sees the same machine load; ``--baseline DIR`` pairs each build with
+one by the code of another checkout DIR (e.g. ``git worktree add /tmp/before <commit>``), in turns.
 
     python benchmarks/report_speed.py [--sizes 1000 10000] [--formats png [png,svg ...]] [--rounds N] [--keep DIR]
+                                      [--baseline CHECKOUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -61,12 +64,13 @@ def write_size(root: Path, trials: int) -> tuple[Path, float]:
     return suite_dir, write_s
 
 
-def run_size(root: Path, suite_dir: Path, trials: int, formats: str) -> dict[str, float]:
-    """One report of the written suite in a fresh child process: its timings, and the load average before it."""
+def run_size(root: Path, suite_dir: Path, trials: int, formats: str, code: Path = REPO) -> dict[str, float]:
+    """One report of the written suite in a fresh child process running the checkout ``code``'s report: its
+    timings, and the load average before it."""
     load = os.getloadavg()[0]
-    out = root / "reports" / f"speed{trials}-{formats.replace(',', '-')}"
-    proc = subprocess.run([sys.executable, __file__, "--child", str(suite_dir), str(out), formats],
-                          capture_output=True, text=True, check=True, cwd=REPO)
+    out = root / "reports" / f"speed{trials}-{formats.replace(',', '-')}-{code.name}"
+    proc = subprocess.run([sys.executable, code / "benchmarks" / "report_speed.py", "--child", str(suite_dir),
+                           str(out), formats], capture_output=True, text=True, check=True, cwd=code)
     return {"trials": trials, "formats": formats, "load": load, **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
@@ -79,6 +83,8 @@ def main() -> None:
                         help="figure-format lists to build in turn, e.g. png png,svg (default: png)")
     parser.add_argument("--rounds", type=int, default=1, help="builds of each format list per size (default 1)")
     parser.add_argument("--keep", type=Path, help="write results and reports here instead of a temp dir")
+    parser.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree of the code before a "
+                        "change): each build is paired with one of its code, in turns, on the same suite")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -89,13 +95,14 @@ def main() -> None:
         for trials in args.sizes:
             suite_dir, write_s = write_size(root, trials)
             print(f"{trials} trials x 500 steps written in {write_s:.0f} s (not timed)", flush=True)
-            for _ in range(args.rounds):
-                for formats in args.formats:
-                    r = run_size(root, suite_dir, trials, formats)
-                    print(f"{r['trials']} trials, --formats {r['formats']}: build_report {r['wall_s']:.1f} s wall, "
-                          f"{r['cpu_s']:.1f} s CPU (+ {r['workers_cpu_s']:.1f} s in worker processes), peak RSS "
-                          f"{r['peak_rss_mib']:.0f} MiB (largest worker {r['worker_peak_rss_mib']:.0f} MiB); "
-                          f"build_site {r['site_s']:.2f} s; load average {r['load']:.2f}", flush=True)
+            codes = [REPO, args.baseline.resolve()] if args.baseline else [REPO]
+            for _, formats, code in itertools.product(range(args.rounds), args.formats, codes):
+                r = run_size(root, suite_dir, trials, formats, code)
+                print(f"{r['trials']} trials, --formats {r['formats']}{'' if code == REPO else f' [{code}]'}: "
+                      f"build_report {r['wall_s']:.1f} s wall, "
+                      f"{r['cpu_s']:.1f} s CPU (+ {r['workers_cpu_s']:.1f} s in worker processes), peak RSS "
+                      f"{r['peak_rss_mib']:.0f} MiB (largest worker {r['worker_peak_rss_mib']:.0f} MiB); "
+                      f"build_site {r['site_s']:.2f} s; load average {r['load']:.2f}", flush=True)
 
 
 if __name__ == "__main__":
