@@ -196,13 +196,13 @@ def _read_suite(results_dir: Path) -> tuple[Suite, str]:
 
 def importance_summary(metric_rows: list[dict[str, Any]], trial_dir: Path) -> Importance:
     """The Importance of a trial from its metrics rows (all of them) and its is_hist.jsonl."""
-    half = [r for r in metric_rows if r.get("step", 0) > len(metric_rows) // 2]
+    mid = len(metric_rows) // 2
+    half = [r for r in metric_rows if r.get("step", 0) > mid]
     scalars = {}
     for key, values in _columns(half, IMPORTANCE_KEYS).items():   # NaN: not logged, or not a number
         values = values[~np.isnan(values)]
         scalars[key] = float(values.mean()) if values.size else np.nan
-    side = [h for h in trialdir.read_side_rows(trial_dir, trialdir.IS_HIST)
-            if h.get("step", 0) > len(metric_rows) // 2]
+    side = [h for h in trialdir.read_side_rows(trial_dir, trialdir.IS_HIST) if h.get("step", 0) > mid]
     return Importance(scalars, {k: sum_lists([h.get(k) for h in side]) for k in HIST_KEYS} if side else None)
 
 
