@@ -40,9 +40,14 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
+
+if "--native" not in sys.argv:
+    numerics.pin()                                            # the trials' own float path, for both systems
+
+import torch  # noqa: E402
 
 from harness.config import RunConfig, build_run_config
 from harness.models import load_model, model_path
@@ -239,6 +244,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8, help="G, samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--native", action="store_true",
+                        help="the native float path (MKL and ATen choose) instead of the trials' pinned one")
     args = parser.parse_args()
     if not 0 <= args.warmup < args.steps:
         parser.error("--warmup must be in [0, --steps)")
@@ -273,7 +280,8 @@ def main() -> None:
     import transformers
     print(f"P={args.prompts} prompts × G={args.group_size}, max {args.max_new_tokens} new tokens, float32, "
           f"1 torch thread, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{platform.processor() or platform.machine()} × {os.cpu_count()} cores; median of "
+          f"{platform.processor() or platform.machine()} × {os.cpu_count()} cores, float path "
+          f"{numerics.record()['float_path']} (both systems); median of "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up; 1-min load average "
           f"{', '.join(f'{x:.2f}' for x in load)} (start, middle, end)\n")
     print("Wall clock:\n")

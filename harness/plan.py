@@ -15,15 +15,19 @@ from pathlib import Path
 from . import numerics, trialdir
 from .suite import Suite, Trial, expand, select_trials, trial_count
 
-# s per 128-response step and per held-out evaluation, one thread, idle machine, native float path
-# (benchmarks/README.md): addrev measured; cumsum = addrev's 0.084 s x 3.51, the paired v2/v1 step ratio of
-# benchmarks/v2_step_cost.py, and its 2,500-problem evaluation = 9.92 CPU s x (0.084 / 0.193), v1's idle / loaded
-# step ratio (measured at load 8.5). The lean forward's speed-up over hf, per task: addrev 1.08, the median of
-# four paired lean-vs-hf CPU-time ratios of benchmarks/train_throughput.py (1.04-1.15, loaded machine); cumsum
-# 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load 4.7): its variable-length
-# responses let the lean forward skip padding and drop finished rows.
-TINY_STEP_S = {"addrev": 0.084, "cumsum": 0.295}
-TINY_EVAL_S = {"addrev": 0.135, "cumsum": 4.3}   # addrev: 0.31 CPU s at load 8.5 x (0.084 / 0.193), as cumsum's
+# s per 128-response step and per held-out evaluation, one thread, idle machine, native float path, transformers
+# forward (benchmarks/README.md). addrev: measured. cumsum: from benchmark v2's own reference run, whose 15,360
+# steps (lean forward, pinned path, two trials side by side; reports/reference-v2/raw.tar.gz, idle 2-core AMD
+# EPYC, 2026-12-02) took a median perf/step_s of 0.397 s and whose 360 evaluations ~5.55 s each (a trial's wall
+# time less its steps, over its 3 evaluations): 0.397 x LEAN_SPEEDUP / (PINNED_FACTOR x PARALLEL_FACTOR) and
+# 5.55 / (PINNED_FACTOR x PARALLEL_FACTOR). (The first cumsum figures, 0.295 and 4.3 s, were derived from a run at
+# load 4.7 and projected the reference at 138 min; it took 72.) The lean forward's speed-up over hf, per task:
+# addrev 1.08, the median of four paired lean-vs-hf CPU-time ratios of benchmarks/train_throughput.py (1.04-1.15,
+# loaded machine); cumsum 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load
+# 4.7): its variable-length responses let the lean forward skip padding and drop finished rows. An evaluation's
+# figure does not depend on the forward here (benchmarks/README.md: the two were within noise).
+TINY_STEP_S = {"addrev": 0.084, "cumsum": 0.161}
+TINY_EVAL_S = {"addrev": 0.135, "cumsum": 1.58}   # addrev: 0.31 CPU s at load 8.5 x (0.084 / 0.193), v1's idle / loaded step ratio
 TINY_RESPONSES = 128
 LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
 # The pinned float path (harness/numerics.py) costs 0.280 / 0.183 = 1.53x the native path's CPU s per step
@@ -127,8 +131,9 @@ def _step_seconds(suite_dir: Path, trials, parallel: int) -> tuple[float | None,
                                  * t.config.train.prompts_per_step * t.config.group_size
                                  * (1 + EXTRA_UPDATE * (t.config.train.updates_per_batch - 1)) for t in trials)
         updates = sorted({t.config.train.updates_per_batch for t in trials})
-        return (step_s, f"the tiny CPU model's measured {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
-                        f"with the {' and '.join(forwards)} forward"
+        return (step_s, f"the tiny CPU model's {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
+                        f"(transformers forward, idle machine)"
+                        + (f" x {1 / LEAN_SPEEDUP[task]:.2f} for the lean forward" if "lean" in forwards else "")
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
                         + (f" x {PARALLEL_FACTOR} for trials side by side" if parallel > 1 else "")
                         + (f" x 1 + {EXTRA_UPDATE} (k - 1) for k = {', '.join(map(str, updates))} updates per batch"

@@ -1,10 +1,12 @@
 """The dry-run's GPU-hour projection (harness/plan.py): arithmetic checked by hand."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from harness.config import build_run_config
-from harness.plan import gpu_projection, model_parameters
+from harness.plan import PARALLEL_FACTOR, _step_seconds, gpu_projection, model_parameters
+from harness.suite import load_suite_trials
 
 
 def test_model_parameters_from_the_name_when_no_config_is_there(tmp_path):
@@ -19,3 +21,14 @@ def test_gpu_projection_by_hand(tmp_path):
     # / (989e12 x 0.25 = 2.4725e14 FLOP/s) = 704,065 s = 195.6 h; with 2 GPUs per trial 97.8 h of wall time
     line = gpu_projection([SimpleNamespace(config=cfg)], 2)
     assert "projected <= 196 GPU-hours" in line and "-> 98 h of wall time" in line
+
+
+def test_the_v2_step_figure_gives_back_the_reference_runs_own_steps(tmp_path, monkeypatch):
+    # The cumsum figure is back-derived from reports/reference-v2's median perf/step_s (0.397 s: lean forward,
+    # pinned path, two trials side by side): projecting that suite's trials must give the 0.397 s back.
+    monkeypatch.delenv("STALEBENCH_FLOAT_PATH", raising=False)
+    suite, trials = load_suite_trials(Path(__file__).parents[1] / "suites" / "reference-v2.yaml")
+    step_s, source = _step_seconds(tmp_path, trials, parallel=2)
+    assert abs(step_s - 0.397) < 0.002
+    assert "x 0.70 for the lean forward" in source and "x 2.3 for trials side by side" in source
+    assert abs(_step_seconds(tmp_path, trials, parallel=1)[0] - 0.397 / PARALLEL_FACTOR) < 0.001
