@@ -3,13 +3,16 @@
     python benchmarks/step_profile.py                     # transformers forward (model.forward: hf)
     python benchmarks/step_profile.py --forward lean      # the lean forward (harness/rollout/lean.py)
     python benchmarks/step_profile.py --matmul-only       # just the plain matmul rates
+    python benchmarks/step_profile.py --forward lean --shape v2   # a reference-v2 trial's step
 
 Shape: the v1 shape of benchmarks/train_throughput.py (frozen base tiny-addrev-v1, 16 prompts × G=8,
-≤ 8 new tokens, temperature 1, one torch thread). `--warmup` steps run first, then `--steps` steps under
+≤ 8 new tokens, temperature 1, one torch thread), or with `--shape v2` a reference-v2 trial's (tiny-cumsum-v2a,
+8 prompts × G=16, ≤ 21 new tokens). `--warmup` steps run first, then `--steps` steps under
 torch.profiler; each table lists the aten ops by self CPU time summed over those steps, per step.
 
 The matmul rate is the best of 10 timed calls (after 3) of `a @ b` at 1024³ and at the shapes a step's
-projections have (M = 1024 token rows), on one thread: the machine's arithmetic rate on this float path.
+projections have (M = 1024 token rows), on one thread: the machine's arithmetic rate on this float path, the
+trials' pinned one unless `--native` (printed).
 """
 from __future__ import annotations
 
@@ -19,11 +22,17 @@ import time
 import warnings
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
+
+if "--native" not in sys.argv:
+    numerics.pin()                                            # the trials' own float path
+
+import torch  # noqa: E402
+
 from harness.config import build_run_config
+from harness.suite import load_suite_file
 from harness.trainer import Trainer
 
 SHAPES = [(1024, 1024, 1024), (1024, 128, 384), (1024, 128, 1024), (1024, 512, 128), (128, 128, 1024)]
@@ -59,19 +68,27 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rows", type=int, default=15, help="ops per table")
     parser.add_argument("--matmul-only", action="store_true")
+    parser.add_argument("--native", action="store_true", help="the native float path instead of the pinned one")
+    parser.add_argument("--shape", choices=("v1", "v2"), default="v1",
+                        help="v1: the throughput script's shape; v2: a reference-v2 trial (cumsum, tiny-cumsum-v2a)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     import os
-    print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, 1 thread, "
+    print(f"torch {torch.__version__}, float path {numerics.record()['float_path']}, 1 thread, "
           f"load average {os.getloadavg()[0]:.2f}\n")
     print("| matmul (m×k)·(k×n) | GFLOP/s |\n|---|---:|")
     for m, k, n in SHAPES:
         print(f"| {m}×{k}·{k}×{n} | {matmul_rate(m, k, n):.0f} |")
     if args.matmul_only:
         return
-    cfg = build_run_config({"train": {"steps": 40, "prompts_per_step": 16, "lr": 1e-4, "max_new_tokens": 8,
-                                      "threads": 1}, "group_size": 8, "model": {"device": "cpu", "forward": args.forward}})
+    if args.shape == "v2":                                   # reference-v2's own trial config (8 prompts × G=16)
+        base = load_suite_file(Path(__file__).resolve().parents[1] / "suites" / "reference-v2.yaml").base
+        cfg = build_run_config(base, {"seed": 0, "delay": 0, "algorithm": "grpo", "model.forward": args.forward})
+    else:
+        cfg = build_run_config({"train": {"steps": 40, "prompts_per_step": 16, "lr": 1e-4, "max_new_tokens": 8,
+                                          "threads": 1}, "group_size": 8,
+                                "model": {"device": "cpu", "forward": args.forward}})
     trainer = Trainer(cfg)
     for i in range(args.warmup):
         trainer.update(trainer.make_batch(i))

@@ -11,8 +11,8 @@ and run in lockstep:
 one on-policy step of each in turn (`Trainer.make_batch` + `Trainer.update`, the order rotating each step), so
 the machine's load hits all alike. The float path is the trials' own (harness/numerics.py pins it before torch
 is imported; STALEBENCH_FLOAT_PATH=native lets MKL and ATen choose) and is printed. The figure to carry
-to another machine is the paired ratio (median of per-step v2/v1 ratios) times v1's s/step measured there;
-the dry-run projection (harness/plan.py) uses ratio x 0.084 s, v1's idle-machine figure (train_throughput.py).
+to another machine is the paired ratio (median of per-step v2/v1 ratios) times v1's s/step measured there
+(the dry-run projection, harness/plan.py, now takes v2's figures from the v2 reference run's own steps).
 Process CPU seconds are printed too: other work on a shared machine disturbs them far less than wall time.
 """
 from __future__ import annotations
