@@ -1,4 +1,4 @@
-"""The dry-run's GPU-hour projection (harness/plan.py): arithmetic checked by hand."""
+"""The dry run's projections (harness/plan.py): arithmetic checked by hand."""
 from __future__ import annotations
 
 from pathlib import Path
