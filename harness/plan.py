@@ -36,7 +36,11 @@ PINNED_FACTOR = 1.53
 # The figures above are one process on an idle machine. A suite runs one trial per core, and on the 2-core machine
 # each of two trials then takes 2.3x as long per step: the reference suite's first two trials, alone on the
 # machine, ran at 0.291 and 0.299 s/step (median perf/step_s, pinned path) against 0.084 x 1.53 = 0.129 s
-# (2026-12-01; the cores share caches and memory bandwidth). Applied when trials run side by side.
+# (2026-12-01; the cores share caches and memory bandwidth). Applied when trials run side by side. That machine
+# was loaded by other jobs: on an idle one (2026-12-02) a v2 step alone took 0.458 s (benchmarks/v2_step_cost.py,
+# its 12 steps after 3) and 0.440 s side by side (steps 4-15 of the v2 reference's on-policy trials), so the factor may
+# be near 1 there. The cumsum figures above are calibrated on the product with it (two side by side), so their
+# 2-core projections hold; one trial alone, and the addrev figures on an idle machine, are the uncertain ones.
 PARALLEL_FACTOR = 2.3
 # k = train.updates_per_batch updates per batch: a step of v2 (lean, pinned) with k = 2 costs 1.73x the CPU time of
 # one with k = 1 (the batch's proximal log-probs and a second update; benchmarks/v2_step_cost.py --updates 1,2,
