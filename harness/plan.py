@@ -15,33 +15,28 @@ from pathlib import Path
 from . import numerics, trialdir
 from .suite import Suite, Trial, expand, select_trials, trial_count
 
-# s per 128-response step and per held-out evaluation, one thread, idle machine, native float path, transformers
-# forward (benchmarks/README.md). addrev: measured. cumsum: from benchmark v2's own reference run, whose 15,360
-# steps (lean forward, pinned path, two trials side by side; reports/reference-v2/raw.tar.gz, idle 2-core AMD
-# EPYC, 2026-12-02) took a median perf/step_s of 0.397 s and whose 360 evaluations ~5.55 s each (a trial's wall
-# time less its steps, over its 3 evaluations): 0.397 x LEAN_SPEEDUP / (PINNED_FACTOR x PARALLEL_FACTOR) and
-# 5.55 / (PINNED_FACTOR x PARALLEL_FACTOR). (The first cumsum figures, 0.295 and 4.3 s, were derived from a run at
-# load 4.7 and projected the reference at 138 min; it took 72.) The lean forward's speed-up over hf, per task:
-# addrev 1.08, the median of four paired lean-vs-hf CPU-time ratios of benchmarks/train_throughput.py (1.04-1.15,
-# loaded machine); cumsum 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load
-# 4.7): its variable-length responses let the lean forward skip padding and drop finished rows. An evaluation's
-# figure does not depend on the forward here (benchmarks/README.md: the two were within noise).
-TINY_STEP_S = {"addrev": 0.084, "cumsum": 0.161}
-TINY_EVAL_S = {"addrev": 0.135, "cumsum": 1.58}   # addrev: 0.31 CPU s at load 8.5 x (0.084 / 0.193), v1's idle / loaded step ratio
+# s per 128-response step and per held-out evaluation inside a suite on the 2-core machine (idle AMD EPYC,
+# 2026-12-02), transformers forward, converted to the native float path (÷ PINNED_FACTOR; benchmarks/README.md).
+# addrev: two v1 quickstart trials (`stalebench run suites/quickstart.yaml --only 'algorithm=grpo,seed=0'`) took a
+# median perf/step_s of 0.171 and 0.166 s side by side, and ~0.54 s per 500-problem evaluation (a trial's wall
+# time less its steps, over its 11 evaluations); one alone, 0.171 s (benchmarks/v2_step_cost.py). cumsum: the v2
+# reference run's 15,360 steps (reports/reference-v2/raw.tar.gz) took a median of 0.397 s with the lean forward
+# (x LEAN_SPEEDUP for the transformers figure), and ~5.55 s per 2,500-problem evaluation. On that machine a
+# trial alone and two side by side ran at the same speed within 4% (v2: 0.458 s alone, 0.440 s side by side over
+# steps 4-15), so parallel trials only divide the total. The first figures came from loaded machines: they
+# carried a 2.3x side-by-side factor and projected the v2 reference at 138 min; it took 72.
+# The lean forward's speed-up over hf, per task: addrev 1.08, the median of four paired lean-vs-hf CPU-time ratios
+# of benchmarks/train_throughput.py (1.04-1.15, loaded machine; 1.07 pinned and 1.09 native on an idle one);
+# cumsum 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load 4.7): its
+# variable-length responses let the lean forward skip padding and drop finished rows. An evaluation's figure does
+# not depend on the forward here (benchmarks/README.md: the two were within noise).
+TINY_STEP_S = {"addrev": 0.112, "cumsum": 0.371}
+TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
 TINY_RESPONSES = 128
 LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
 # The pinned float path (harness/numerics.py) costs 0.280 / 0.183 = 1.53x the native path's CPU s per step
 # (benchmarks/float_paths.py, paired, benchmarks/README.md); the figures above are native-path ones.
 PINNED_FACTOR = 1.53
-# The figures above are one process on an idle machine. A suite runs one trial per core, and on the 2-core machine
-# each of two trials then takes 2.3x as long per step: the reference suite's first two trials, alone on the
-# machine, ran at 0.291 and 0.299 s/step (median perf/step_s, pinned path) against 0.084 x 1.53 = 0.129 s
-# (2026-12-01; the cores share caches and memory bandwidth). Applied when trials run side by side. That machine
-# was loaded by other jobs: on an idle one (2026-12-02) a v2 step alone took 0.458 s (benchmarks/v2_step_cost.py,
-# its 12 steps after 3) and 0.440 s side by side (steps 4-15 of the v2 reference's on-policy trials), so the factor may
-# be near 1 there. The cumsum figures above are calibrated on the product with it (two side by side), so their
-# 2-core projections hold; one trial alone, and the addrev figures on an idle machine, are the uncertain ones.
-PARALLEL_FACTOR = 2.3
 # k = train.updates_per_batch updates per batch: a step of v2 (lean, pinned) with k = 2 costs 1.73x the CPU time of
 # one with k = 1 (the batch's proximal log-probs and a second update; benchmarks/v2_step_cost.py --updates 1,2,
 # paired, load 3.5-3.9, 2026-12-02); other k are extrapolated linearly, 1 + 0.73 (k - 1).
@@ -73,13 +68,13 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     steps = sum(t.config.train.steps for t in trials if t not in done)
     processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
     parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
-    step_s, source = _step_seconds(suite_dir, trials, parallel)
+    step_s, source = _step_seconds(suite_dir, trials)
     todo = [t for t in trials if t not in done]
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
         evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
-        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor() * _side_by_side(parallel)
+        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
                   if trials[0].config.model.kind == "tiny" else 0.0)
         train_min = steps * step_s / parallel / 60
         lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
@@ -119,7 +114,7 @@ def gpu_projection(trials, gpus_per_trial: float) -> str:
             f"-> {hours / gpus_per_trial:,.0f} h of wall time if trials run one at a time")
 
 
-def _step_seconds(suite_dir: Path, trials, parallel: int) -> tuple[float | None, str]:
+def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     measured = [r["perf/step_s"] for t in trials[:50]
                 for r in trialdir.read_metrics(suite_dir / t.trial_id) if "perf/step_s" in r]
     if measured:
@@ -130,24 +125,19 @@ def _step_seconds(suite_dir: Path, trials, parallel: int) -> tuple[float | None,
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
         forwards = sorted({t.config.model.forward for t in trials})
         pinned = _pinned_factor()
-        scale = pinned * _side_by_side(parallel) / TINY_RESPONSES
+        scale = pinned / TINY_RESPONSES
         step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
                                  * t.config.train.prompts_per_step * t.config.group_size
                                  * (1 + EXTRA_UPDATE * (t.config.train.updates_per_batch - 1)) for t in trials)
         updates = sorted({t.config.train.updates_per_batch for t in trials})
         return (step_s, f"the tiny CPU model's {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
-                        f"(transformers forward, idle machine)"
+                        f"(transformers forward, native float path, idle 2-core machine)"
                         + (f" x {1 / LEAN_SPEEDUP[task]:.2f} for the lean forward" if "lean" in forwards else "")
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
-                        + (f" x {PARALLEL_FACTOR} for trials side by side" if parallel > 1 else "")
                         + (f" x 1 + {EXTRA_UPDATE} (k - 1) for k = {', '.join(map(str, updates))} updates per batch"
                            if updates != [1] else "")
                         + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""
-
-
-def _side_by_side(parallel: int) -> float:
-    return PARALLEL_FACTOR if parallel > 1 else 1.0
 
 
 def _pinned_factor() -> float:

@@ -24,10 +24,10 @@ def test_gpu_projection_by_hand(tmp_path):
 
 
 def test_the_v2_step_figure_gives_back_the_reference_runs_own_steps(tmp_path, monkeypatch):
-    # The cumsum figure is back-derived from reports/reference-v2's median perf/step_s (0.397 s: lean forward,
-    # pinned path, two trials side by side): projecting that suite's trials must give the 0.397 s back.
+    # The cumsum figure is derived from reports/reference-v2's median perf/step_s (0.397 s: lean forward, pinned
+    # path, on the 2-core machine): projecting that suite's trials must give the 0.397 s back.
     monkeypatch.delenv("STALEBENCH_FLOAT_PATH", raising=False)
     suite, trials = load_suite_trials(Path(__file__).parents[1] / "suites" / "reference-v2.yaml")
-    step_s, source = _step_seconds(tmp_path, trials, parallel=2)
+    step_s, source = _step_seconds(tmp_path, trials)
     assert abs(step_s - 0.397) < 0.002
-    assert "x 0.70 for the lean forward" in source and "x 2.3 for trials side by side" in source
+    assert "x 0.70 for the lean forward" in source and "x 1.53 for the pinned float path" in source
