@@ -12,7 +12,7 @@ torch.profiler; each table lists the aten ops by self CPU time summed over those
 
 The matmul rate is the best of 10 timed calls (after 3) of `a @ b` at 1024³ and at the shapes a step's
 projections have (M = 1024 token rows), on one thread: the machine's arithmetic rate on this float path, the
-trials' pinned one unless `--native` (printed).
+trials' pinned one unless STALEBENCH_FLOAT_PATH=native (printed).
 """
 from __future__ import annotations
 
@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
 
-if "--native" not in sys.argv:
-    numerics.pin()                                            # the trials' own float path
+numerics.pin()   # the trials' float path (STALEBENCH_FLOAT_PATH=native: MKL and ATen choose)
 
 import torch  # noqa: E402
 
@@ -68,7 +67,6 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rows", type=int, default=15, help="ops per table")
     parser.add_argument("--matmul-only", action="store_true")
-    parser.add_argument("--native", action="store_true", help="the native float path instead of the pinned one")
     parser.add_argument("--shape", choices=("v1", "v2"), default="v1",
                         help="v1: the throughput script's shape; v2: a reference-v2 trial (cumsum, tiny-cumsum-v2a)")
     args = parser.parse_args()

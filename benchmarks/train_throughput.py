@@ -44,8 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
 
-if "--native" not in sys.argv:
-    numerics.pin()                                            # the trials' own float path, for both systems
+numerics.pin()   # the trials' float path for both systems (STALEBENCH_FLOAT_PATH=native: MKL and ATen choose)
 
 import torch  # noqa: E402
 
@@ -244,8 +243,6 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8, help="G, samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--native", action="store_true",
-                        help="the native float path (MKL and ATen choose) instead of the trials' pinned one")
     args = parser.parse_args()
     if not 0 <= args.warmup < args.steps:
         parser.error("--warmup must be in [0, --steps)")
