@@ -13,6 +13,10 @@ by the processor they find, and the choice differs between vendors and generatio
 - oneDNN (`ONEDNN_MAX_CPU_ISA`) runs no primitive in a trial today (`ONEDNN_VERBOSE=1` prints none); it is
   capped at AVX2 too, at no cost, so that a torch that routes a matmul to it keeps the path.
 
+Pinned, AMD EPYCs of different generations agree bit for bit; an Intel Xeon still parts from them at a
+trial's first update (what differs is not known: docs/reproducibility.md), so the CPU vendor is part of what
+must agree (IDENTITY).
+
 The rule is process-wide and the same for every trial: `pin()` sets PINNED in os.environ unless the user
 chose otherwise (`STALEBENCH_FLOAT_PATH=native` lets MKL and ATen choose; a conflicting variable already in
 the environment is kept, with a one-line warning). It must run before torch is imported (MKL and ATen read
@@ -40,6 +44,10 @@ RULE_ENV = "STALEBENCH_FLOAT_PATH"
 RULES = ("pinned", "native")
 PINNED = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 PINNED_PATH = "aten=avx2 mkl=compatible"          # what record() reads back under PINNED
+# The record's fields that must agree for two runs of a trial to agree bit for bit (with its config). The
+# CPU vendor is one: an Intel Xeon and AMD EPYCs on PINNED_PATH part at the first update
+# (docs/reproducibility.md).
+IDENTITY = ("float_path", "cpu_vendor", "torch", "mkl", "threads")
 REQUIRED_FLAGS = ("avx2", "fma")                   # ATen's AVX2 kernels need both (DispatchStub.cpp)
 
 # mkl_types.h: mkl_cbwr_get(MKL_CBWR_ALL) returns a branch, plus MKL_CBWR_STRICT when strict mode is on.
@@ -137,8 +145,8 @@ def record(device: str = "cpu") -> dict[str, Any]:
     """The float path this process computes a trial on (`device`: "cpu" or "cuda"), read back from torch and
     MKL, for the trial's provenance.
 
-    `float_path` is the one string that must agree between two runs for their numbers to agree bit for bit
-    (with the same packages, config and threads); `pinned` says whether it is the path the rule asks for.
+    `float_path` and `cpu_vendor` must agree between two runs for their numbers to agree bit for bit (with
+    the same packages, config and threads: IDENTITY); `pinned` says whether it is the path the rule asks for.
     Warns once (stderr) when the rule is "pinned" and a CPU trial's path read back is another.
     """
     import torch
@@ -173,10 +181,14 @@ def _onednn_version(torch) -> str | None:
 def resumed(previous: dict[str, Any] | None, now: dict[str, Any], step: int) -> dict[str, Any]:
     """The record of a trial resumed at `step` by a process computing on `now`, its earlier steps having
     been computed as `previous` says (the provenance written before). A trial's float path is that of all
-    its steps: a resume on another path makes it "mixed", which no single run reproduces bit for bit."""
-    before = (previous or {}).get("float_path")
-    if step <= 0 or before is None or before == now["float_path"]:
+    its steps: a resume on another path, or on another CPU vendor, makes it "mixed", which no single run
+    reproduces bit for bit."""
+    previous = previous or {}
+    before, after = previous.get("float_path"), now["float_path"]
+    if previous.get("cpu_vendor") not in (None, now.get("cpu_vendor")):
+        before, after = f"{before} ({previous['cpu_vendor']})", f"{after} ({now.get('cpu_vendor')})"
+    if step <= 0 or previous.get("float_path") is None or before == after:
         return now
-    warn_once(f"this trial resumes at step {step} on float path '{now['float_path']}' after '{before}': its "
+    warn_once(f"this trial resumes at step {step} on float path '{after}' after '{before}': its "
               f"numbers are from two paths (recorded as mixed)")
-    return {**now, "float_path": f"mixed: {before} to step {step}, then {now['float_path']}", "pinned": False}
+    return {**now, "float_path": f"mixed: {before} to step {step}, then {after}", "pinned": False}

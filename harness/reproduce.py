@@ -10,11 +10,11 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
 
 - **identical**: same status and step, every eval row equal, every metrics row equal except the `perf/*`
   timings (floats compared exactly, as JSON keeps them).
-- When a trial's committed and new runs share the float path, torch, MKL and thread count
+- When a trial's committed and new runs share the float path, CPU vendor, torch, MKL and thread count
   (provenance.json `numerics`, harness/numerics.py) they are guaranteed identical: anything else is
   **DIFFERS**, a bug or an unrecorded change.
-- Otherwise (another CPU path, torch, MKL, a GPU, or a committed trial from before float paths were
-  recorded) the cell is tested statistically, with the report's own numbers and `stalebench compare`'s
+- Otherwise (another CPU path or vendor, torch, MKL, a GPU, or a committed trial from before float paths
+  were recorded) the cell is tested statistically, with the report's own numbers and `stalebench compare`'s
   test: the per-seed final held-out accuracies (diverged trials score 0 from the divergence on), the
   difference new - committed and its 95% interval (`report.stats.difference_estimate`: IQM bootstrap with
   >= 5 seeds a side, Welch t below); **agrees** when the interval contains 0, **differs** when it excludes
@@ -29,13 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import trialdir
+from . import numerics, trialdir
 from .config import ConfigError, RunConfig, to_dict
 from .archive import ARCHIVE_NAME as ARCHIVE, open_archive
 from .suite import Suite, Trial, load_suite_trials, select_trials
 from .trialdir import SUITE_FILE
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
-SAME_PATH_KEYS = ("float_path", "torch", "mkl", "threads")     # numerics fields that fix the numbers
 
 
 @contextlib.contextmanager
@@ -61,7 +60,12 @@ class TrialCheck:
     trial: Trial
     verdict: str                 # identical | differs | config changed | missing
     detail: str = ""             # where it first differs, or the changed keys
-    same_path: bool = False      # committed and new run share float path, torch, MKL, threads
+    changed: tuple[str, ...] = ("float_path",)   # the numerics fields (numerics.IDENTITY) that differ; none:
+                                                  # the guarantee of identical numbers holds
+
+    @property
+    def same_path(self) -> bool:
+        return not self.changed
 
 
 def planned(every: list[Trial], committed: Path, only: list[str]) -> tuple[list[Trial], list[TrialCheck]]:
@@ -103,15 +107,22 @@ def check_trial(trial: Trial, committed: Path, rerun: Path) -> TrialCheck:
     if new_status.get("status") not in trialdir.FINAL:
         return TrialCheck(trial, "missing", f"the rerun ended {new_status.get('status', 'without a status')}")
     old_n, new_n = _numerics(old_dir), _numerics(new_dir)
-    same = bool(old_n) and all(old_n.get(k) == new_n.get(k) for k in SAME_PATH_KEYS)
+    changed = tuple(k for k in numerics.IDENTITY if old_n.get(k) != new_n.get(k)) if old_n else ("float_path",)
     old_status = trialdir.read_status(old_dir)
     keys = ("status", "step", "diverged_step")
     if any(old_status.get(k) != new_status.get(k) for k in keys):
         return TrialCheck(trial, "differs", "status: " + ", ".join(
-            f"{k} {old_status.get(k)} -> {new_status.get(k)}" for k in keys if old_status.get(k) != new_status.get(k)), same)
+            f"{k} {old_status.get(k)} -> {new_status.get(k)}" for k in keys if old_status.get(k) != new_status.get(k)), changed)
     found = (_first_difference(trialdir.read_evals(old_dir), trialdir.read_evals(new_dir), "eval")
              or _first_difference(trialdir.read_metrics(old_dir), trialdir.read_metrics(new_dir), "metrics"))
-    return TrialCheck(trial, "differs" if found else "identical", found or "", same)
+    return TrialCheck(trial, "differs" if found else "identical", found or "", changed)
+
+
+def _other(group: list[TrialCheck]) -> str:
+    """What differs between the committed runs' numerics and the reruns', e.g. "other CPU vendor"."""
+    names = {"float_path": "float path", "cpu_vendor": "CPU vendor", "mkl": "MKL", "threads": "thread count"}
+    changed = dict.fromkeys(names.get(k, k) for c in group for k in c.changed)
+    return "other " + ", ".join(changed or ["float path"])
 
 
 def _finals(results_dir: Path) -> dict[str, float]:
@@ -152,13 +163,13 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
             continue
         broken = [c for c in group if c.verdict == "differs" and c.same_path]
         if broken:
-            out.append((name, "DIFFERS", f"{broken[0].trial.trial_id} has the committed float path, torch and MKL "
-                                         f"but {broken[0].detail}"))
+            out.append((name, "DIFFERS", f"{broken[0].trial.trial_id} has the committed float path, CPU vendor, "
+                                         f"torch and MKL but {broken[0].detail}"))
             continue
         old = np.array([old_finals[c.trial.trial_id] for c in group])
         new = np.array([new_finals[c.trial.trial_id] for c in group])
         d = stats.difference_estimate(new, old)
-        means = f"final acc {old.mean():.3f} -> {new.mean():.3f} (n={n}; other float path)"
+        means = f"final acc {old.mean():.3f} -> {new.mean():.3f} (n={n}; {_other(group)})"
         if d.method == "none":
             out.append((name, "undecided", f"{means}: {d.point:+.3f}, no interval from one seed"))
             continue
@@ -190,8 +201,8 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
     width = max(len(r[0]) for r in rows)
     counts = {v: sum(1 for r in rows if r[1] == v) for v in dict.fromkeys(r[1] for r in rows)}
     head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(rows)} cell(s), rerun in {new_dir}",
-            "identical: bit for bit; other float path: the difference of final accuracy and its 95% interval "
-            "(IQM bootstrap >= 5 seeds, * Welch t), 'agrees' when it contains 0 (docs/reproducibility.md)"]
+            "identical: bit for bit; on another float path or CPU vendor: the difference of final accuracy and its "
+            "95% interval (IQM bootstrap >= 5 seeds, * Welch t), 'agrees' when it contains 0 (docs/reproducibility.md)"]
     lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
     return "\n".join([*head, *lines, ", ".join(f"{v}: {n}" for v, n in counts.items())]), rows
 

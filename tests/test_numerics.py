@@ -129,6 +129,17 @@ def test_a_trial_resumed_on_another_float_path_is_recorded_as_mixed():
     assert mixed["pinned"] is False
 
 
+def test_a_trial_resumed_on_another_cpu_vendor_is_recorded_as_mixed():
+    amd = {"float_path": "aten=avx2 mkl=compatible", "pinned": True, "cpu_vendor": "AuthenticAMD"}
+    intel = {**amd, "cpu_vendor": "GenuineIntel"}
+    assert numerics.resumed(amd, dict(amd), 50) == amd
+    assert numerics.resumed({"float_path": amd["float_path"]}, intel, 50) == intel      # vendor not recorded
+    mixed = numerics.resumed(amd, intel, 50)
+    assert mixed["float_path"] == ("mixed: aten=avx2 mkl=compatible (AuthenticAMD) to step 50, "
+                                   "then aten=avx2 mkl=compatible (GenuineIntel)")
+    assert mixed["pinned"] is False and mixed["cpu_vendor"] == "GenuineIntel"
+
+
 def prov(path: str | None, vendor: str = "AuthenticAMD") -> dict:
     return {"git_commit": "abc", "numerics": None if path is None else {"float_path": path, "cpu_vendor": vendor}}
 
@@ -139,6 +150,12 @@ def test_the_report_warns_when_a_suite_mixes_float_paths():
     assert ("This suite mixes float paths: aten=avx2 mkl=compatible (2 trials), aten=avx512 mkl=auto (1 trials)"
             in summary.warnings)
     assert ("float path", [("aten=avx2 mkl=compatible", 2), ("aten=avx512 mkl=auto", 1)]) in summary.fields
+
+
+def test_the_report_warns_when_a_suite_mixes_cpu_vendors_on_one_float_path():
+    summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov("aten=avx2 mkl=compatible", "GenuineIntel")})
+    assert "This suite mixes CPU vendors: AuthenticAMD (1 trials), GenuineIntel (1 trials)" in summary.warnings
+    assert not any("mixes float paths" in w for w in summary.warnings)
 
 
 def test_the_report_says_when_some_trials_do_not_record_their_float_path():

@@ -32,7 +32,7 @@ FIELDS = (("stalebench", "stalebench"), ("git_commit", "git commit"), ("git_dirt
 MUST_AGREE = {"stalebench": "stalebench versions", "git_commit": "git commits",
               "base_model.name": "base models", "base_model.sha256": "base models (sha256)",
               "eval_set_sha256": "eval sets (sha256)",
-              "numerics.float_path": "float paths"}
+              "numerics.float_path": "float paths", "numerics.cpu_vendor": "CPU vendors"}
 PER_TRIAL = ("config_sha256",)  # differs between cells by design: shown as a count
 
 
