@@ -162,3 +162,28 @@ def test_the_report_says_when_some_trials_do_not_record_their_float_path():
     summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov(None)})
     assert any(w.startswith("1 of 2 trials do not record their float path") for w in summary.warnings)
     assert not any("mixes float paths" in w for w in summarize({"a": prov("x"), "b": prov("x")}).warnings)
+
+
+def test_the_first_update_digest_names_every_tensor_and_repeats_on_one_machine(tmp_path, tiny_base):
+    # scripts/first_update_digest.py: the diff of two machines' outputs names the first tensor that differs
+    import yaml
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(yaml.safe_dump({"suite": "tiny-digest", "version": 1, "base": tiny_base,
+                                     "grid": {"algorithm": ["grpo"], "delay": [0]}, "seeds": [0]}))
+
+    def run() -> list[str]:
+        out = subprocess.run([sys.executable, str(REPO / "scripts" / "first_update_digest.py"), str(suite),
+                              "algorithm=grpo,delay=0,seed=0"], capture_output=True, text=True, cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()
+
+    lines = run()
+    assert lines[0].startswith("# ") and numerics.cpu_info()[0] in lines[0]
+    kinds = [line.split()[0] for line in lines[1:]]
+    n = kinds.count("param")
+    assert n > 0 and kinds.count("grad") == kinds.count("exp_avg") == kinds.count("exp_avg_sq") == n
+    assert run() == lines
+    import tempfile
+    left = [p for p in Path(tempfile.gettempdir()).glob("first-update-*") if p.stat().st_mtime > suite.stat().st_mtime]
+    assert not left                                 # its temporary results directory is removed
