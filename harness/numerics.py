@@ -14,8 +14,8 @@ by the processor they find, and the choice differs between vendors and generatio
   capped at AVX2 too, at no cost, so that a torch that routes a matmul to it keeps the path.
 
 Pinned, AMD EPYCs of different generations agree bit for bit; an Intel Xeon still parts from them at a
-trial's first update (what differs is not known: docs/reproducibility.md), so the CPU vendor is part of what
-must agree (IDENTITY).
+trial's first update (in AdamW's parameter update, whose float32 square root is MKL's vendor-dependent
+approximation: docs/reproducibility.md), so the CPU vendor is part of what must agree (IDENTITY).
 
 The rule is process-wide and the same for every trial: `pin()` sets PINNED in os.environ unless the user
 chose otherwise (`STALEBENCH_FLOAT_PATH=native` lets MKL and ATen choose; a conflicting variable already in
