@@ -187,3 +187,14 @@ def test_the_first_update_digest_names_every_tensor_and_repeats_on_one_machine(t
     import tempfile
     left = [p for p in Path(tempfile.gettempdir()).glob("first-update-*") if p.stat().st_mtime > suite.stat().st_mtime]
     assert not left                                 # its temporary results directory is removed
+
+
+def test_fused_adamw_is_the_per_tensor_adamw_with_a_correctly_rounded_root():
+    # scripts/adamw_root_check.py: the evidence for the vendor-independent option in docs/reproducibility.md §5
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "adamw_root_check.py")], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert "moments per-tensor == fused: True" in out.stdout
+    assert lines[-1].endswith("per-tensor (rounded root) vs fused: 0.0000%")
+    assert sum("not correctly rounded" in line for line in lines) == 3
