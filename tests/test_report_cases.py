@@ -344,6 +344,7 @@ def test_resolved_pairs_per_delay_and_kendall_tau_across_slices(tmp_path):
     assert t.resolved == [(0, 0), (2, 3)]
     assert paper.footer(t) == ["resolved pairs", "\u2014", "2/3", "", ""]
     assert "resolved pairs" in paper.to_text([t], "x") and "Holm-adjusted over the table's 3 pairs" in t.caption("x")
+    assert t.resolution_floor == "" and "No pair can be resolved" not in t.caption("x")   # 8 seeds can
     by_pair = {(p.a, p.b): p for p in a.pairs}
     assert by_pair[("gmc_grpo", "grpo")].p == pytest.approx(2 / 12870)
     assert by_pair[("gmc_grpo", "grpo")].p_holm == pytest.approx(3 * 2 / 12870)
@@ -362,6 +363,9 @@ def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_
     a = analysis(d)
     assert [t.resolved for t in paper.paper_tables(a)] == [[(0, 3)], [(0, 3)]]
     assert min(p.p for p in a.pairs) == pytest.approx(0.1)
+    caption = paper.paper_tables(a)[0].caption("x")   # and the caption says that 0 is all 3 seeds can show
+    assert ("No pair can be resolved at these seed counts: the smallest p a pair can reach is 0.1, above Holm's "
+            "first threshold 0.05/3 = 0.017") in caption
     row = a.agreement.iloc[0]
     assert (row["slice_a"], row["slice_b"], row["estimators"]) == ("\u03b5=0.1", "\u03b5=0.2", 3)
     assert row["tau"] == pytest.approx(-1.0)

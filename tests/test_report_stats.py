@@ -216,6 +216,15 @@ def test_permutation_p_random_splits_above_the_exact_limit():
     assert stats.permutation_p(a, b) == pytest.approx(ref, abs=1e-12)
 
 
+def test_smallest_permutation_p_is_what_a_perfect_separation_gets():
+    for k, m in ((3, 3), (5, 5), (8, 8), (3, 4), (2, 5)):
+        x, y = np.arange(float(k)), np.arange(float(m)) + 100
+        assert stats.smallest_permutation_p(k, m) == pytest.approx(stats.permutation_p(x, y)), (k, m)
+    assert stats.smallest_permutation_p(5, 5) == pytest.approx(2 / 252)
+    assert stats.smallest_permutation_p(3, 4) == pytest.approx(1 / 35)      # no mirror split when k != m
+    assert stats.smallest_permutation_p(10, 10) == pytest.approx(1 / 10001)  # sampled splits
+
+
 def test_holm_by_hand():
     # p = (0.01, 0.04, 0.03, 0.005), m = 4; sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06,
     # 0.04 x 1 = 0.04 -> made non-decreasing 0.06; back in the input order:

@@ -91,6 +91,7 @@ class PaperTable:
     notes: list[str]  # shared-trial footnotes
     resolved: list[tuple[int, int]]  # per delay: (resolved, tested) estimator pairs (resolve.pair_tests)
     step_sizes: str = ""  # per-estimator train.lr sentence when the suite's overrides set it (step_sizes)
+    resolution_floor: str = ""  # set when the seeds cannot resolve any pair (resolve.resolution_floor)
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
@@ -108,6 +109,8 @@ class PaperTable:
             text += (f" Resolved pairs: K/M of the M estimator pairs at that delay differ (two-sided exact "
                      f"permutation test on the seeds' mean final accuracy, Holm-adjusted over the table's "
                      f"{tested} pairs, family-wise {resolve.ALPHA:.0%}).")
+            if self.resolution_floor:
+                text += " " + self.resolution_floor
         if self.low_confidence:
             text += (f" LOW CONFIDENCE: * marks cells with fewer than {stats.MIN_CONFIDENT_SEEDS} seeds "
                      "(mean with Student-t interval); a single seed has no interval.")
@@ -155,7 +158,8 @@ def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
                               bool((seeds < stats.MIN_CONFIDENT_SEEDS).any()),
                               sorted(set(filter(None, part["shared_note"]))),
                               resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays]),
-                              step_sizes(suite, algos) if suite is not None else ""))
+                              step_sizes(suite, algos) if suite is not None else "",
+                              resolve.resolution_floor(a.pairs, str(s))))
     return out
 
 

@@ -76,6 +76,22 @@ def resolved_counts(tests: list[PairTest], slice_label: str, delays: list[float]
     return [(sum(t.resolved for t in mine if t.delay == d), sum(t.delay == d for t in mine)) for d in delays]
 
 
+def resolution_floor(tests: list[PairTest], slice_label: str) -> str:
+    """A caption sentence when one table's seeds cannot resolve any pair at all: every pair's smallest
+    attainable p (``stats.smallest_permutation_p``) is above Holm's first threshold, ALPHA / (tested pairs);
+    else ""."""
+    mine = [t for t in tests if t.slice == slice_label]
+    if not mine:
+        return ""
+    floor = min(stats.smallest_permutation_p(t.seeds_a, t.seeds_b) for t in mine)
+    threshold = ALPHA / len(mine)
+    if floor <= threshold:
+        return ""
+    return (f"No pair can be resolved at these seed counts: the smallest p a pair can reach is {floor:.2g}, above "
+            f"Holm's first threshold {ALPHA:g}/{len(mine)} = {threshold:.2g}, so a 0 says nothing about the "
+            f"differences; more seeds per cell or fewer pairs can resolve them.")
+
+
 def ranking_agreement(cells: pd.DataFrame, delay: float) -> pd.DataFrame:
     """Kendall's tau-b between every two slices' estimator values (``final``) at ``delay``: one row per
     slice pair (slice_a, slice_b, delay, tau, estimators); empty with fewer than two slices."""

@@ -287,6 +287,17 @@ def permutation_p(x: np.ndarray, y: np.ndarray) -> float:
     return hits / splits.shape[0] if exact else (hits + 1) / (splits.shape[0] + 1)
 
 
+def smallest_permutation_p(k: int, m: int) -> float:
+    """The smallest p ``permutation_p`` can return for samples of k and m values (without ties): the observed
+    split alone, or with its mirror when k == m, among all C(k + m, k) splits (exact), or 1 / (R + 1) when
+    the splits are sampled. A table whose every pair's smallest p is above Holm's first threshold can resolve
+    nothing, whatever the data."""
+    n = k + m
+    if math.comb(n, k) > EXACT_SPLITS:
+        return 1.0 / (PERMUTATIONS + 1)
+    return (2 if k == m else 1) / math.comb(n, k)
+
+
 def holm(pvalues: np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values (same order as ``pvalues``): the i-th smallest p times (m - i + 1),
     made non-decreasing, capped at 1. A hypothesis is rejected at level a when its adjusted p <= a; this
