@@ -275,6 +275,11 @@ def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
         assert other.tune.tune_seed(other) == reference.tune.tune_seed(reference) == 1007
         assert (other.overrides_scope, other.share_on_policy) == (reference.overrides_scope, reference.share_on_policy)
         assert set(other.algorithms).isdisjoint(reference.algorithms)
+    field = load_suite_file(REPO / "suites" / "reference-v2-field.yaml")
+    followup = load_suite_file(REPO / "suites" / "reference-v2-followup.yaml")   # pre-registered: its lrs are the tuned ones
+    assert followup.base == reference.base and followup.grid["delay"] == [max(reference.grid["delay"])]
+    assert followup.overrides == {a: {**reference.overrides, **field.overrides}[a] for a in followup.algorithms}
+    assert set(followup.seeds).isdisjoint({*reference.seeds, *field.seeds, reference.tune.tune_seed(reference)})
 
 
 @pytest.mark.parametrize("slice_name, reference_name", [("quickstart.yaml", "reference.yaml"),
