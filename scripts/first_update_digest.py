@@ -11,9 +11,10 @@ parameter (the optimizer step).
     python scripts/first_update_digest.py | diff scripts/first_update_digest.GenuineIntel.txt -   # on an AMD CPU
 
 scripts/first_update_digest.GenuineIntel.txt is the default trial's output on an Intel Xeon (family 6 model
-167), 2026-12-02, and scripts/first_update_digest.AuthenticAMD.txt on an AMD EPYC, 2026-12-03: they differ first
-at the updated parameters (gradients and AdamW's moments are equal; docs/reproducibility.md §5). Each line: what, the parameter's index and shape, and the first 16 hex digits of the SHA-256
-of its bytes. The trial runs in a temporary results directory, which is removed; the process exits after the first update.
+167), 2026-12-02, and scripts/first_update_digest.AuthenticAMD.txt on an AMD EPYC, 2026-12-03: they differ
+first at the updated parameters (gradients and AdamW's moments are equal; docs/reproducibility.md §5). Each
+line: what, the parameter's index and shape, and the first 16 hex digits of the SHA-256 of its bytes. The
+trial runs in a temporary results directory, which is removed; the process exits after the first update.
 """
 from __future__ import annotations
 

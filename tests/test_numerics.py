@@ -164,6 +164,14 @@ def test_the_report_says_when_some_trials_do_not_record_their_float_path():
     assert not any("mixes float paths" in w for w in summarize({"a": prov("x"), "b": prov("x")}).warnings)
 
 
+def run_script(name: str, *args: str, cwd: Path | None = None) -> list[str]:
+    """The stdout lines of scripts/<name> run in a fresh process (each pins the float path before torch)."""
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], capture_output=True, text=True,
+                         cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.splitlines()
+
+
 def test_the_first_update_digest_names_every_tensor_and_repeats_on_one_machine(tmp_path, tiny_base):
     # scripts/first_update_digest.py: the diff of two machines' outputs names the first tensor that differs
     import yaml
@@ -172,11 +180,7 @@ def test_the_first_update_digest_names_every_tensor_and_repeats_on_one_machine(t
                                      "grid": {"algorithm": ["grpo"], "delay": [0]}, "seeds": [0]}))
 
     def run() -> list[str]:
-        out = subprocess.run([sys.executable, str(REPO / "scripts" / "first_update_digest.py"), str(suite),
-                              "algorithm=grpo,delay=0,seed=0"], capture_output=True, text=True, cwd=tmp_path,
-                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout.splitlines()
+        return run_script("first_update_digest.py", str(suite), "algorithm=grpo,delay=0,seed=0", cwd=tmp_path)
 
     lines = run()
     assert lines[0].startswith("# ") and numerics.cpu_info()[0] in lines[0]
@@ -191,10 +195,7 @@ def test_the_first_update_digest_names_every_tensor_and_repeats_on_one_machine(t
 
 def test_fused_adamw_is_the_per_tensor_adamw_with_a_correctly_rounded_root():
     # scripts/adamw_root_check.py: the evidence for the vendor-independent option in docs/reproducibility.md §5
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "adamw_root_check.py")], capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
-    assert "moments per-tensor == fused: True" in out.stdout
+    lines = run_script("adamw_root_check.py")
+    assert "one AdamW step, (512, 128): moments per-tensor == fused: True" in lines
     assert lines[-1].endswith("per-tensor (rounded root) vs fused: 0.0000%")
     assert sum("not correctly rounded" in line for line in lines) == 3

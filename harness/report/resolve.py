@@ -8,8 +8,9 @@ chance that a table shows any resolved pair where there is no difference is at m
 it assumes no distribution (only that the seeds' labels are exchangeable) and is exact at the seed counts
 a table has: at 8 vs 8 seeds its smallest p is 2/C(16, 8) = 1.6e-4, below Holm's strictest threshold for a
 135-pair table (10 estimators x 3 delays: 0.05/135 = 3.7e-4), so a clear difference can be resolved;
-at 3 vs 3 seeds the smallest p is 2/C(6, 3) = 0.1 and nothing can be, which the count then says. A rank
-test (Mann-Whitney) has the same smallest p but ignores how far apart the seeds are.
+at 3 vs 3 seeds the smallest p is 2/C(6, 3) = 0.1 and nothing can be, which the count shows and
+the caption then says (``resolution_floor``). A rank test (Mann-Whitney) has the same smallest p but
+ignores how far apart the seeds are.
 Pairs whose cells are the same trials (the shared on-policy trial at delay 0 standing for every
 estimator) are not tested: they are one measurement.
 
