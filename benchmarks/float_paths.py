@@ -39,12 +39,12 @@ VARIABLES = ("STALEBENCH_FLOAT_PATH", "MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN
 
 def worker(steps: int, warmup: int) -> None:
     """In the child: pin (or not, per the environment), build the trial, time the steps, print JSON."""
-    from harness import numerics
+    from harness.trial import numerics
     numerics.warn_once(numerics.pin())
     import torch
 
-    from harness.suite import expand, load_suite_file, select
-    from harness.trainer import Trainer
+    from harness.spec.suite import expand, load_suite_file, select
+    from harness.trial.trainer import Trainer
 
     torch.set_num_threads(1)
     trial = select(expand(load_suite_file(REPO / "suites" / "reference.yaml")), "algorithm=grpo,delay=0,seed=0")

@@ -53,7 +53,7 @@ def child(suite_dir: Path, out_dir: Path, formats: str) -> None:
 
 def write_size(root: Path, trials: int) -> tuple[Path, float]:
     """The synthetic suite of ``trials`` trials, synced to disk, and the seconds writing it took."""
-    from harness.report.synthetic import write_suite
+    from tests.fixtures.synthetic_results import write_suite
 
     seeds = trials // (len(ALGORITHMS) * len(DELAYS) * 4)
     t0 = time.perf_counter()

@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from harness.config import build_run_config
-from harness.trainer import Trainer
+from harness.spec.config import build_run_config
+from harness.trial.trainer import Trainer
 
 
 def main() -> None:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from harness.config import set_dotted
-from harness.trialdir import read_status
-from harness.suite import Suite, expand, load_suite_file
+from harness.spec.config import set_dotted
+from harness.store.trialdir import read_status
+from harness.spec.suite import Suite, expand, load_suite_file
 
 
 def shrink(suite: Suite, trials: int | None, steps: int | None, concurrent: int) -> Suite:
@@ -57,8 +57,8 @@ def alone(suite: Suite, root: Path) -> float:
     """Σ wall seconds of the trials run one after another in this process."""
     import torch
 
-    import harness.trainer  # noqa: F401 — imported before the clock starts, as a Ray worker does once
-    from harness.trial import run_trial
+    import harness.trial.trainer  # noqa: F401 — imported before the clock starts, as a Ray worker does once
+    from harness.trial.lifecycle import run_trial
 
     threads = torch.get_num_threads()
     total = 0.0
@@ -74,7 +74,7 @@ def alone(suite: Suite, root: Path) -> float:
 def through_runner(suite: Suite, root: Path) -> tuple[float, float]:
     """(wall seconds of run_suite, Σ the trials' own seconds: from the start of run_trial in its worker
     to its final status, as status.json records them)."""
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     start = time.perf_counter()
     counts = run_suite(suite, results_root=root, progress=False)

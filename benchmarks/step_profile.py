@@ -24,15 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
+from harness.trial import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
 
 numerics.pin()   # the trials' float path (STALEBENCH_FLOAT_PATH=native: MKL and ATen choose)
 
 import torch  # noqa: E402
 
-from harness.config import build_run_config
-from harness.suite import load_suite_file
-from harness.trainer import Trainer
+from harness.spec.config import build_run_config
+from harness.spec.suite import load_suite_file
+from harness.trial.trainer import Trainer
 
 SHAPES = [(1024, 1024, 1024), (1024, 128, 384), (1024, 128, 1024), (1024, 512, 128), (128, 128, 1024)]
 

@@ -42,16 +42,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
+from harness.trial import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
 
 numerics.pin()   # the trials' float path for both systems (STALEBENCH_FLOAT_PATH=native: MKL and ATen choose)
 
 import torch  # noqa: E402
 
-from harness.config import RunConfig, build_run_config
-from harness.models import load_model, model_path
+from harness.spec.config import RunConfig, build_run_config
+from harness.bases.models import load_model, model_path
 from harness.tasks import make_task
-from harness.trainer import Trainer
+from harness.trial.trainer import Trainer
 
 
 @dataclass

@@ -9,10 +9,10 @@ seed 0, delay 0, one thread), v2 once per `--forwards` value (model.forward: hf,
 (train.updates_per_batch k: a step is the batch's proximal log-probs and k updates, as in the trainer's loop),
 and run in lockstep:
 one on-policy step of each in turn (`Trainer.make_batch` + `Trainer.update`, the order rotating each step), so
-the machine's load hits all alike. The float path is the trials' own (harness/numerics.py pins it before torch
+the machine's load hits all alike. The float path is the trials' own (harness/trial/numerics.py pins it before torch
 is imported; STALEBENCH_FLOAT_PATH=native lets MKL and ATen choose) and is printed. The figure to carry
 to another machine is the paired ratio (median of per-step v2/v1 ratios) times v1's s/step measured there
-(the dry-run projection, harness/plan.py, now takes v2's figures from the v2 reference run's own steps).
+(the dry-run projection, harness/suite/plan.py, now takes v2's figures from the v2 reference run's own steps).
 Process CPU seconds are printed too: other work on a shared machine disturbs them far less than wall time.
 """
 from __future__ import annotations
@@ -26,15 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from harness import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
+from harness.trial import numerics  # noqa: E402  (before torch: the float path is fixed at its import)
 
 numerics.pin()
 
 import torch  # noqa: E402
 
-from harness.config import build_run_config
-from harness.suite import load_suite_file
-from harness.trainer import Trainer
+from harness.spec.config import build_run_config
+from harness.spec.suite import load_suite_file
+from harness.trial.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

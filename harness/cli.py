@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import ConfigError
+from harness.errors import ConfigError
 
 
 SUITE_HELP = "a suite file, a suite name under suites/ (quickstart), or a results directory (results/quickstart)"
@@ -48,7 +48,7 @@ def suite_file(arg: str) -> Path:
     """The suite file meant by SUITE: a file, suites/<name>.yaml, or <results dir>/suite.yaml (the
     effective suite of the last run there)."""
     path = Path(arg)
-    from .trialdir import suite_file as results_suite_file
+    from harness.store.trialdir import suite_file as results_suite_file
     candidates = [path, Path("suites") / f"{arg}.yaml", results_suite_file(path), results_suite_file(Path("results") / arg)]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
@@ -64,19 +64,19 @@ def results_dir(arg: str, results_root: Path) -> Path:
     if (results_root / arg).is_dir():
         return results_root / arg
     if path.is_file() or (Path("suites") / f"{arg}.yaml").is_file():
-        from .schema import read_suite_yaml
+        from harness.spec.schema import read_suite_yaml
         return results_root / read_suite_yaml(suite_file(arg)).name
     raise ConfigError(f"{arg}: no suite results found ({SUITE_HELP})")
 
 
 def _load(args):
     """The suite of the command line and its trials, validated and expanded once."""
-    from .suite import MAX_TRIALS, load_suite_trials
+    from harness.spec.suite import MAX_TRIALS, load_suite_trials
     return load_suite_trials(suite_file(args.suite), args.sets, args.max_trials or MAX_TRIALS, args.overrides)
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .provenance import package_versions
+    from harness.store.provenance import package_versions
 
     p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
     p.add_argument("--version", action="version", version=f"stalebench {package_versions(('stalebench',))['stalebench']}")
@@ -145,16 +145,16 @@ def _parser() -> argparse.ArgumentParser:
     bb.add_argument("--name", required=True, help="the new version's name, e.g. tiny-addrev-v2")
     bb.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="a recipe setting (task, hidden_size, warmup_seed, warmup_target_acc, probe_seeds, ...)")
-    bb.add_argument("--out", default=None, help="output directory (default: harness/base_models/<name>)")
+    bb.add_argument("--out", default=None, help="output directory (default: harness/bases/<name>)")
     return p
 
 
 def _cmd_run(args) -> int:
-    from .runner import run_suite
+    from harness.suite.runner import run_suite
 
     suite, trials = _load(args)
     if args.dry_run:
-        from .plan import dry_run
+        from harness.suite.plan import dry_run
         print(dry_run(suite, args.only, Path(args.results), trials))
         return 0
     counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
@@ -171,19 +171,19 @@ def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = F
     """Write the report and end with the paper table in the terminal, like lm-eval's closing table."""
     import shutil
 
-    from .report import build_report, closing_table
-    from .report.plotting import parse_formats
+    from harness.report import build_report, closing_table
+    from harness.report.plotting import parse_formats
     kinds = parse_formats(formats)
     merged = None
     if merge is not None:
-        from .report.merge import merge_trials
+        from harness.report.merge import merge_trials
         merged = merge_trials(results, merge)
         print(merged.summary(merge))
     try:
         source = merged.path if merged else results
         index = build_report(source, out, kinds)
         if raw:
-            from .archive import ARCHIVE_NAME, TUNE_ARCHIVE_NAME, pack_suite, pack_tuning
+            from harness.store.archive import ARCHIVE_NAME, TUNE_ARCHIVE_NAME, pack_suite, pack_tuning
             print(f"raw trials: {pack_suite(source, index.parent / ARCHIVE_NAME)}")
             tuning = pack_tuning(source, index.parent / TUNE_ARCHIVE_NAME)
             if tuning:
@@ -196,10 +196,10 @@ def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = F
 
 
 def _cmd_train(args) -> int:
-    from .session import SuiteSession
-    from .suite import select
-    from .trial import TrialFailed, run_trial
-    from .trialdir import ERROR_LOG
+    from harness.suite.session import SuiteSession
+    from harness.spec.suite import select
+    from harness.trial.lifecycle import TrialFailed, run_trial
+    from harness.store.trialdir import ERROR_LOG
 
     suite, trials = _load(args)
     trial = select(trials, args.trial)
@@ -210,7 +210,7 @@ def _cmd_train(args) -> int:
         print(f"stalebench: trial {trial.trial_id} failed: {exc} (traceback in {suite_dir / trial.trial_id / ERROR_LOG})",
               file=sys.stderr)
         return 1
-    from .status import last_eval
+    from harness.suite.status import last_eval
     first, last = last_eval(suite_dir / trial.trial_id, first=True), last_eval(suite_dir / trial.trial_id)
     acc = f"; eval/acc {first:.3f} -> {last:.3f}" if first is not None and last is not None else ""
     print(f"trial {trial.trial_id}: {status.get('status')} at step {status.get('step')}; results in "
@@ -219,7 +219,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from .reproduce import reproduce, run_in_process, run_in_ray
+    from harness.reproduce import reproduce, run_in_process, run_in_ray
     run = run_in_process if args.in_process else run_in_ray(args.address)
     table, rows = reproduce(Path(args.report_dir), args.only, Path(args.results), run)
     print(table)
@@ -227,7 +227,7 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .tracking import check_mirrors, describe_mirrors
+    from harness.store.tracking import check_mirrors, describe_mirrors
 
     suite, trials = _load(args)
     check_mirrors(suite.tracking)
@@ -236,10 +236,10 @@ def _cmd_check(args) -> int:
         print(f"tracking: {describe_mirrors(suite.tracking)}")
     for t in trials:
         print(f"  {t.trial_id}")
-    from . import coincidences
+    from harness.suite import coincidences
     for line in coincidences.describe(coincidences.compute(trials)):
         print(line)
-    from .report.stats import MIN_CONFIDENT_SEEDS
+    from harness.report.stats import MIN_CONFIDENT_SEEDS
     if len(suite.seeds) < MIN_CONFIDENT_SEEDS:
         print(f"warning: {len(suite.seeds)} seed(s) per cell; the report marks intervals from fewer than "
               f"{MIN_CONFIDENT_SEEDS} seeds as low-confidence (docs/report.md)", file=sys.stderr)
@@ -262,7 +262,7 @@ def _cmd_estimators(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    from .status import suite_status
+    from harness.suite.status import suite_status
     print(suite_status(results_dir(args.suite, Path(args.results))))
     return 0
 
@@ -272,7 +272,7 @@ def _cmd_report(args) -> int:
     if args.suite.endswith(".tar.gz"):              # a committed report's raw trials: render them as they are
         import shutil
 
-        from .archive import open_archive
+        from harness.store.archive import open_archive
         extracted = open_archive(Path(args.suite))
         try:
             _report(extracted, out, args.formats, args.raw, merge)
@@ -284,26 +284,26 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from .report.compare import compare
+    from harness.report.compare import compare
     print(compare(results_dir(args.a, Path(args.results)), results_dir(args.b, Path(args.results))))
     return 0
 
 
 def _cmd_site(args) -> int:
-    from .report import build_site
+    from harness.report import build_site
     print(f"site: {build_site(Path(args.reports))}")
     return 0
 
 
 def _cmd_tune(args) -> int:
-    from .runner import tune_suite
+    from harness.suite.runner import tune_suite
     print(f"tuned overrides: {tune_suite(_load(args)[0], results_root=Path(args.results), address=args.address)}")
     return 0
 
 
 def _cmd_eval(args) -> int:
-    from .evaluation import eval_trials, run_eval
-    from .trialdir import is_trial_dir
+    from harness.evaluation import eval_trials, run_eval
+    from harness.store.trialdir import is_trial_dir
 
     benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     if args.model:
@@ -325,9 +325,9 @@ def _cmd_build_base(args) -> int:
 
     import yaml
 
-    from .config import from_dict
-    from .base_models import BASES_DIR
-    from .models import BaseRecipe, build_base
+    from harness.spec.config import from_dict
+    from harness.bases import BASES_DIR
+    from harness.bases.models import BaseRecipe, build_base
 
     values = {"name": args.name}
     for item in args.sets:
@@ -338,7 +338,7 @@ def _cmd_build_base(args) -> int:
     recipe = from_dict(BaseRecipe, values, "recipe")
     out = Path(args.out) if args.out else BASES_DIR / recipe.name
     if recipe.probe_seeds:
-        from .learnability import build_probed_base
+        from harness.suite.learnability import build_probed_base
         manifest = build_probed_base(recipe, out)
     else:
         manifest = build_base(recipe, out)
@@ -360,7 +360,7 @@ COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status":
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import numerics
+    from harness.trial import numerics
     try:                                         # before anything imports torch (docs/reproducibility.md)
         numerics.warn_once(numerics.pin())
     except ConfigError as exc:

@@ -48,12 +48,12 @@ from typing import Any
 
 import yaml
 
-from . import trialdir
-from .tasks import registered, task_entry, task_from_config
-from .tasks.benchmarks import default_data_dir
-from .tasks.lm_eval_adapters import (  # noqa: F401 — re-exported: the task functions
+from harness.store import trialdir
+from harness.tasks import registered, task_entry, task_from_config
+from harness.tasks.benchmarks import default_data_dir
+from harness.tasks.lm_eval_adapters import (  # noqa: F401 — re-exported: the task functions
     VERIFY_TIMEOUT_S, make_process_docs, process_results, process_results_exact)
-from .tasks.verify import extract_answer
+from harness.tasks.verify import extract_answer
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks" / "lm_eval_tasks"
 TASK_PREFIX = "stalebench_"
@@ -251,7 +251,7 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
     results_path.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
 
     if mlflow_run_id:
-        from .tracking import default_tracking_uri, log_metrics_to_run
+        from harness.store.tracking import default_tracking_uri, log_metrics_to_run
 
         log_metrics_to_run(default_tracking_uri(Path(results_root)), mlflow_run_id,
                            {f"eval/{name}/acc": score["acc"] for name, score in scores.items()})
@@ -262,7 +262,7 @@ def eval_trials(trial_dirs: list[Path], benchmarks: list[str], limit: int | None
                 say: Callable[[str], None] = print) -> list[Path]:
     """`stalebench eval --trial/--suite`: evaluate each trial's kept policy (train.save) into
     <trial>/benchmarks/ and log the scores to the trial's MLflow run. Returns the results.json paths."""
-    from .tracking import default_tracking_uri, find_trial_run
+    from harness.store.tracking import default_tracking_uri, find_trial_run
 
     kept = [(d, trialdir.read_status(d).get("policy")) for d in trial_dirs]
     missing = [d.name for d, policy in kept if not policy]

@@ -1,7 +1,7 @@
 """`stalebench reproduce REPORT_DIR [--only ...]`: rerun a committed leaderboard's cells (or a slice) from
 its raw trial files and say, per cell, whether the new run agrees.
 
-The raw trial files are REPORT_DIR/raw.tar.gz (harness/archive.py) or a suite results directory
+The raw trial files are REPORT_DIR/raw.tar.gz (harness/store/archive.py) or a suite results directory
 (results/<suite>/ as `stalebench run` writes it). The trials are rerun from the archive's own suite.yaml
 into <results>/reproduce/<suite>/ (a rerun of the command resumes there); a trial whose resolved config
 now differs from its committed config.yaml is not rerun and is reported as such.
@@ -11,7 +11,7 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
 - **identical**: same status and step, every eval row equal, every metrics row equal except the `perf/*`
   timings (floats compared exactly, as JSON keeps them).
 - When a trial's committed and new runs share the float path, CPU vendor, torch, MKL and thread count
-  (provenance.json `numerics`, harness/numerics.py) they are guaranteed identical: anything else is
+  (provenance.json `numerics`, harness/trial/numerics.py) they are guaranteed identical: anything else is
   **DIFFERS**, a bug or an unrecorded change.
 - Otherwise (another CPU path or vendor, torch, MKL, a GPU, or a committed trial from before float paths
   were recorded) the cell is tested statistically, with the report's own numbers and `stalebench compare`'s
@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import numerics, trialdir
-from .config import ConfigError, RunConfig, to_dict
-from .archive import ARCHIVE_NAME as ARCHIVE, open_archive
-from .suite import Suite, Trial, load_suite_trials, select_trials
-from .trialdir import SUITE_FILE
+from harness.trial import numerics
+
+from harness.store import trialdir
+from harness.spec.config import ConfigError, RunConfig, to_dict
+from harness.store.archive import ARCHIVE_NAME as ARCHIVE, open_archive
+from harness.spec.suite import Suite, Trial, load_suite_trials, select_trials
+from harness.store.trialdir import SUITE_FILE
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
 
 
@@ -127,8 +129,8 @@ def _other(group: list[TrialCheck]) -> str:
 
 def _finals(results_dir: Path) -> dict[str, float]:
     """trial id -> final held-out accuracy, scored as the report scores it."""
-    from .report.load import load_results
-    from .report.tables import analyse
+    from harness.report.load import load_results
+    from harness.report.tables import analyse
     rows = analyse(load_results(results_dir)).cell_trials.drop_duplicates("trial_id")
     return dict(zip(rows["trial_id"], rows["final_acc"].astype(float)))
 
@@ -143,7 +145,7 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
     """(cell, verdict, detail) per cell, in the suite's order (see the module docstring)."""
     import numpy as np
 
-    from .report import stats
+    from harness.report import stats
 
     cells: dict[str, list[TrialCheck]] = {}
     for c in checks:
@@ -210,15 +212,15 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
 def run_in_ray(address: str | None) -> Runner:
     """Run the trials as `stalebench run` does (Ray Tune, MLflow), keeping their float path."""
     def run(suite: Suite, trials: list[Trial], out_root: Path) -> None:
-        from .runner import run_suite
+        from harness.suite.runner import run_suite
         run_suite(suite, results_root=out_root, address=address, only=[f"id={t.trial_id}" for t in trials])
     return run
 
 
 def run_in_process(suite: Suite, trials: list[Trial], out_root: Path) -> None:
     """Run the trials one after another in this process (as `stalebench train` does), without Ray."""
-    from .session import SuiteSession
-    from .trial import TrialFailed, run_trial
+    from harness.suite.session import SuiteSession
+    from harness.trial.lifecycle import TrialFailed, run_trial
 
     suite_dir = SuiteSession.open(suite, trials, out_root, mirrored=False).suite_dir    # bases verified, once
     for t in trials:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import numerics
-
+from harness.trial import numerics
 numerics.pin()
 
 import torch  # noqa: E402  (after pin())

@@ -24,8 +24,7 @@ import shutil
 import sys
 import tempfile
 
-from harness import numerics
-
+from harness.trial import numerics
 numerics.pin()
 
 import torch  # noqa: E402  (after pin(): MKL and ATen read the float-path variables once)

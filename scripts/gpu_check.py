@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from gpu_trainer_check import gpu_run_config, qwen3_shaped, step_means           # scripts/ is on sys.path when run as a script
 
-from harness.suite import Trial
-from harness.trial import run_trial
-from harness.trialdir import read_jsonl
+from harness.spec.suite import Trial
+from harness.trial.lifecycle import run_trial
+from harness.store.trialdir import read_jsonl
 
 
 def main(steps: int = 8) -> None:
@@ -50,7 +50,7 @@ def main(steps: int = 8) -> None:
 
 def transformers_engine_tokens_per_s(model_dir: Path, cfg) -> float:
     """The transformers engine on a batch of the run's shape (prompts_per_step × G, max_new_tokens): warm, median of 2."""
-    from harness.models import load_model
+    from harness.bases.models import load_model
     from harness.rollout.hf import HFEngine
     from harness.tasks import task_from_config
 

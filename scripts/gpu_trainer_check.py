@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from harness.config import build_run_config
-from harness.models import char_tokenizer
-from harness.suite import Trial
+from harness.spec.config import build_run_config
+from harness.bases.models import char_tokenizer
+from harness.spec.suite import Trial
 from harness.tasks.synthetic import ADDREV_VOCAB
-from harness.trial import run_trial
-from harness.trialdir import read_jsonl
+from harness.trial.lifecycle import run_trial
+from harness.store.trialdir import read_jsonl
 
 
 def qwen3_shaped(root: Path) -> Path:

@@ -40,7 +40,7 @@ def build_model(out: Path) -> Path:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     sys.path.insert(0, str(REPO))
-    from harness.models import char_tokenizer
+    from harness.bases.models import char_tokenizer
     from harness.tasks.synthetic import ADDREV_VOCAB
 
     if (out / "config.json").exists():

@@ -20,7 +20,7 @@ parent prints a results table and exits non-zero if any check failed:
   train     a few steps of the real trainer with `model.engine: vllm` (delay 2);
   async     the same with the asynchronous producer (`async.max_staleness: 1`) sharing the engine.
 
-The model defaults to `harness.models.model_path(ModelConfig())` (the CPU default).
+The model defaults to `harness.bases.models.model_path(ModelConfig())` (the CPU default).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ PHASES = ("sampling", "sync", "speed", "train", "async")
 
 
 def default_model() -> str:
-    from harness.config import ModelConfig
-    from harness.models import model_path
+    from harness.spec.config import ModelConfig
+    from harness.bases.models import model_path
     return str(model_path(ModelConfig()))
 
 
@@ -59,10 +59,10 @@ def engine_phases(model_dir: str) -> dict:
     """sampling, sync and speed share one engine."""
     import torch
 
-    from harness.models import load_model
+    from harness.bases.models import load_model
     from harness.rollout import make_engine
     from harness.rollout.hf import HFEngine
-    from harness.trainer import token_logp
+    from harness.trial.trainer import token_logp
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")     # gpu_check.sh runs this on a GPU
     model, tok = load_model(model_dir)
@@ -129,10 +129,10 @@ def engine_phases(model_dir: str) -> dict:
 
 
 def train_phase(model_dir: str, asynchronous: bool) -> dict:
-    from harness.config import build_run_config
-    from harness.tracking import RunLog
-    from harness.trainer import train
-    from harness.trialdir import read_jsonl
+    from harness.spec.config import build_run_config
+    from harness.store.tracking import RunLog
+    from harness.trial.trainer import train
+    from harness.store.trialdir import read_jsonl
 
     steps = 6
     base = {"algorithm": "grpo", "group_size": 8, "seed": 0,

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import numerics
-
+from harness.trial import numerics
 numerics.warn_once(numerics.pin())     # the trials' float path, before any test imports torch
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -20,7 +19,7 @@ def build_random_tiny_model(out: Path, seed: int = 0, context: int = 64) -> Path
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from harness.models import char_tokenizer
+    from harness.bases.models import char_tokenizer
     from harness.tasks.synthetic import ADDREV_VOCAB
 
     tok = char_tokenizer(ADDREV_VOCAB)

@@ -67,16 +67,16 @@ def test_the_cli_lists_every_estimator(capsys):
 
 
 def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_path, capsys):
-    """harness.coincidences at check/run time (the suite's configurations at delay > 0), then the report's
+    """harness.suite.coincidences at check/run time (the suite's configurations at delay > 0), then the report's
     reading of coincidences.json and of each trial's recorded family, without the estimators imported."""
     import yaml
 
-    from harness import coincidences
+    from harness.suite import coincidences
     from harness.report import families
-    from harness import trialdir
+    from harness.store import trialdir
     from harness.report.load import load_results
-    from harness.report.synthetic import provenance, write_suite
-    from harness.suite import expand, load_suite_file
+    from tests.fixtures.synthetic_results import provenance, write_suite
+    from harness.spec.suite import expand, load_suite_file
 
     data = {"suite": "coin", "version": 1,
             "base": {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}},

@@ -1,7 +1,7 @@
 """Facts about the code that anyone can check, checked: no import cycle among harness modules, one owner
 of the trial directory's format and of every path in it, one meaning of a missing status, one definition
 of the trial statuses, one reader of the suite file, trial kinds instead of `lab` branches, files that
-fit on a reader's desk, the tracking packages imported only by harness/tracking/, and a repository that
+fit on a reader's desk, the tracking packages imported only by harness/store/tracking/, and a repository that
 stands alone.
 
 The import graph is built from the AST of harness/**/*.py. Module-level and function-level imports count
@@ -16,8 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from harness import trialdir
-
+from harness.store import trialdir
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "harness"
 MAX_LINES = 400
@@ -32,7 +31,7 @@ OTHER_MEANINGS = {("harness/tasks/benchmarks.py", "benchmarks"): "the shared ben
                   ("harness/report/html.py", "results.json"): "the report's bundle, reports/<suite>/results.json"}
 # The modules that may know that a run config can be an estimator-lab one (the `lab` kind and its package,
 # the run config that declares the section, the kind registry): everyone else asks the trial's kind.
-LAB_KNOWERS = ("harness.lab", "harness.kinds", "harness.config", "harness.trialdir")
+LAB_KNOWERS = ("harness.lab", "harness.spec.lab", "harness.store.trialdir")
 
 
 def _modules() -> dict[str, Path]:
@@ -40,7 +39,7 @@ def _modules() -> dict[str, Path]:
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = list(path.relative_to(REPO).with_suffix("").parts)
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    assert len(out) > 50 and "harness.trialdir" in out, sorted(out)[:5]
+    assert len(out) > 50 and "harness.store.trialdir" in out, sorted(out)[:5]
     return out
 
 
@@ -128,6 +127,37 @@ def test_no_import_cycle_among_harness_modules():
     assert cycles(import_graph(_modules())) == []
 
 
+# The rooms of harness/, bottom to top (README, "Where things live"): a module imports modules of its own room
+# and of rooms below it, never above; lazy and TYPE_CHECKING imports count. Components (tasks, engines,
+# bases) sit below the specification that names them; the lab, a kind of trial with its own report
+# sections, sits above the report and registers itself into both.
+LAYERS = (("harness", "harness.errors", "harness.registry"), ("harness.store",), ("harness.tasks", "harness.rollout"),
+          ("harness.bases",), ("harness.spec",), ("harness.trial",), ("harness.suite",), ("harness.report",),
+          ("harness.lab",), ("harness.evaluation", "harness.reproduce", "harness.cli"))
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest room name that `module` is or lies in."""
+    rooms = [(len(room), i) for i, names in enumerate(LAYERS) for room in names
+             if module == room or module.startswith(room + ".")]
+    assert rooms, f"{module} is in no room of LAYERS: add it"
+    return max(rooms)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} -> {b}" for a, targets in sorted(graph.items()) for b in sorted(targets) if layer_of(b) > layer_of(a)]
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert upward_imports({"harness.spec.config": {"harness.report.collapse"}}) == \
+        ["harness.spec.config -> harness.report.collapse"]
+    assert upward_imports({"harness.report.html": {"harness.spec.schema"}}) == []
+
+
+def test_imports_only_go_down():
+    assert upward_imports(import_graph(_modules())) == []
+
+
 def _strings(tree: ast.AST) -> list[ast.Constant]:
     """String constants of a module that are not docstrings."""
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
@@ -142,7 +172,7 @@ def test_only_trialdir_names_the_trial_files():
     is a second owner of the format; messages that mention a file by name are fine."""
     pattern = re.compile(r"(^|/)(" + "|".join(map(re.escape, TRIAL_FILES)) + r")$")
     offenders = [f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}"
-                 for name, path in _modules().items() if name != "harness.trialdir"
+                 for name, path in _modules().items() if name != "harness.store.trialdir"
                  for node in _strings(ast.parse(path.read_text())) if pattern.search(node.value)]
     assert offenders == []
 
@@ -168,7 +198,7 @@ def test_only_trialdir_joins_the_trial_dir_paths():
     offenders = []
     for name, path in _modules().items():
         rel = str(path.relative_to(REPO))
-        if name != "harness.trialdir":
+        if name != "harness.store.trialdir":
             offenders += [f"{rel}:{n.lineno} {n.value!r}" for n in path_joins(ast.parse(path.read_text()), PATH_NAMES)
                           if (rel, n.value) not in OTHER_MEANINGS]
     assert offenders == []
@@ -184,7 +214,7 @@ def missing_status_defaults(tree: ast.AST) -> list[ast.Call]:
 def test_a_missing_status_has_one_meaning():
     """Only trialdir.read_record decides what a trial without status.json is (PENDING)."""
     offenders = [f"{path.relative_to(REPO)}:{n.lineno}" for name, path in _modules().items()
-                 if name != "harness.trialdir" for n in missing_status_defaults(ast.parse(path.read_text()))]
+                 if name != "harness.store.trialdir" for n in missing_status_defaults(ast.parse(path.read_text()))]
     assert offenders == []
 
 
@@ -195,7 +225,7 @@ def lab_branches(tree: ast.AST) -> list[ast.AST]:
 
 
 def test_no_module_outside_the_trial_kinds_branches_on_lab():
-    """A lab trial differs from an LLM trial behind harness/kinds.py's interface (validate, run, needs a base,
+    """A lab trial differs from an LLM trial behind harness/spec/kinds.py's interface (validate, run, needs a base,
     after-suite step, report sections); no other module asks whether a config is a lab one."""
     offenders = [f"{path.relative_to(REPO)}:{n.lineno}" for name, path in _modules().items()
                  if not name.startswith(LAB_KNOWERS) for n in lab_branches(ast.parse(path.read_text()))]
@@ -204,10 +234,10 @@ def test_no_module_outside_the_trial_kinds_branches_on_lab():
 
 def test_one_reader_of_suite_files():
     """The suite file is parsed by the schema only: no other module builds a Suite or reads a suite's YAML
-    itself (harness/schema.py's parse_suite / read_suite_yaml; suite.py adds --set and expansion)."""
+    itself (harness/spec/schema.py's parse_suite / read_suite_yaml; suite.py adds --set and expansion)."""
     offenders = []
     for name, path in _modules().items():
-        if name in ("harness.schema", "harness.suite"):
+        if name in ("harness.spec.schema", "harness.spec.suite"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Suite":
@@ -219,7 +249,7 @@ def test_statuses_are_defined_once():
     """No tuple, list or set of trial statuses outside trialdir.py (FINAL, ENDED, STATUSES live there)."""
     offenders = []
     for name, path in _modules().items():
-        if name == "harness.trialdir":
+        if name == "harness.store.trialdir":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2 and all(

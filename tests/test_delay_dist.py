@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from harness.config import ConfigError, build_run_config
-from harness.delay_dist import DelayDistribution
-from harness.suite import Suite, expand
-from harness.trainer import Trainer
+from harness.spec.config import ConfigError, build_run_config
+from harness.spec.delays import DelayDistribution
+from harness.spec.suite import Suite, expand
+from harness.trial.trainer import Trainer
 
 from test_trainer import run, strip_perf
 
@@ -118,7 +118,7 @@ def test_each_response_comes_from_its_drawn_version(learning_base):
     assert len(set(lags)) > 1                          # the batch mixes versions
     # a response of version v is what that snapshot generates: of the kept versions, v's log-probs are the
     # ones its recorded behavior log-probs match (to float32 rounding of a cached vs a full forward)
-    from harness.trainer import token_logp
+    from harness.trial.trainer import token_logp
     for v in set(batch.rollout.version.tolist()):
         sub = batch.rollout.take((batch.rollout.version == v).nonzero().squeeze(1).tolist())
         err = {u: float((token_logp(t.source.model_at(u), sub, slice(None), 1.0)[0].detach()

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from harness import trialdir
-from harness.metrics import HIST_BINS, add_histograms, combine_metrics, importance_diagnostics
+from harness.store import trialdir
+from harness.trial.metrics import HIST_BINS, add_histograms, combine_metrics, importance_diagnostics
 
 from test_trainer import run
 

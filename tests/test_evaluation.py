@@ -45,7 +45,7 @@ def _docs(benchmark: str, n: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def eval_run(long_context_model_dir, tmp_path_factory):
     """run_eval on gsm8k + math500, 2 problems each, logging to a fresh SQLite MLflow store."""
-    from harness.tracking import open_suite_run
+    from harness.store.tracking import open_suite_run
 
     tmp = tmp_path_factory.mktemp("eval")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
@@ -214,10 +214,10 @@ def test_kept_policy_is_evaluated_and_logged_to_its_trial_run(tiny_base, tmp_pat
     from mlflow.tracking import MlflowClient
 
     from harness.cli import main
-    from harness.config import build_run_config
-    from harness.suite import Trial
-    from harness.tracking import default_tracking_uri, open_suite_run
-    from harness.trial import MlflowTarget, run_trial
+    from harness.spec.config import build_run_config
+    from harness.spec.suite import Trial
+    from harness.store.tracking import default_tracking_uri, open_suite_run
+    from harness.trial.lifecycle import MlflowTarget, run_trial
 
     results = tmp_path / "results"
     uri = default_tracking_uri(results)

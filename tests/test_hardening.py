@@ -19,10 +19,10 @@ import pytest
 import torch
 import yaml
 
-from harness.config import ConfigError
-from harness.suite import Resources, Trial, expand, load_suite_file
-from harness.trial import TrialFailed, run_trial
-from harness.trialdir import read_jsonl
+from harness.spec.config import ConfigError
+from harness.spec.suite import Resources, Trial, expand, load_suite_file
+from harness.trial.lifecycle import TrialFailed, run_trial
+from harness.store.trialdir import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,9 +86,9 @@ def test_malicious_checkpoint_is_refused_without_running_code(tmp_path, tiny_bas
 
 def _checkpoint_for(trial: Trial, path: Path) -> None:
     """A genuine checkpoint of `trial` at step 0 (Trainer.save with that trial's identity)."""
-    from harness.config import to_dict
-    from harness.trainer import Trainer
-    from harness.trialdir import config_sha256
+    from harness.spec.config import to_dict
+    from harness.trial.trainer import Trainer
+    from harness.store.trialdir import config_sha256
 
     Trainer(trial.config).save(path, {"trial_id": trial.trial_id, "config_sha256": config_sha256(to_dict(trial.config))})
 
@@ -121,7 +121,7 @@ def test_checkpoint_from_before_a_base_edit_is_refused(tmp_path, tiny_base):
 
 def _interrupted_trial(tmp_path: Path, tiny_base: dict, monkeypatch) -> tuple[Trial, Path]:
     """A trial that failed at step 3's evaluation: checkpoint at step 2, metrics rows 1-3, eval row 0."""
-    from harness.trainer import Trainer
+    from harness.trial.trainer import Trainer
 
     trial = one_trial(tmp_path, tiny_base)
     real, calls = Trainer.evaluate, []
@@ -213,7 +213,7 @@ def test_max_failures_is_between_0_and_10(tmp_path, tiny_base, value, ok):
 
 
 def test_resources_no_node_has_are_refused(monkeypatch):
-    from harness.runner import ray_tune
+    from harness.suite.runner import ray_tune
 
     monkeypatch.setattr(ray_tune.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}},
                                                            {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}])
@@ -229,7 +229,7 @@ def test_resources_no_node_has_are_refused(monkeypatch):
 def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources, monkeypatch):
     """Before: Tune waited forever for a node with 1000 CPUs. Now: one line once Ray is up; no trial
     file and no MLflow parent run is written."""
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -249,7 +249,7 @@ def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources
 
 
 def test_unreachable_mlflow_server_fails_in_seconds_naming_the_variable(tmp_path, tiny_base, monkeypatch):
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     uri = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -264,8 +264,7 @@ def test_unreachable_mlflow_server_fails_in_seconds_naming_the_variable(tmp_path
 
 def test_mlflow_server_that_never_answers_is_reported(monkeypatch):
     """A process that accepts the connection and says nothing: the probe gives up after its timeout."""
-    from harness import tracking
-
+    from harness.store import tracking
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -281,15 +280,15 @@ def test_mlflow_server_that_never_answers_is_reported(monkeypatch):
 
 
 def test_local_tracking_stores_are_not_probed():
-    from harness.tracking import probe_tracking_uri
+    from harness.store.tracking import probe_tracking_uri
 
     for uri in ("sqlite:////nonexistent/dir/mlflow.db", "file:///tmp/mlruns", "mlruns"):
         probe_tracking_uri(uri)
 
 
 def test_bad_ray_address_fails_in_seconds(tmp_path, tiny_base, monkeypatch):
-    from harness.runner import run_suite
-    from harness.runner.ray_tune import _probe_address
+    from harness.suite.runner import run_suite
+    from harness.suite.runner.ray_tune import _probe_address
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     port = closed_port()
@@ -312,7 +311,7 @@ def test_bad_ray_address_fails_in_seconds(tmp_path, tiny_base, monkeypatch):
 def test_parent_runs_of_dead_drivers_are_marked_killed(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from harness.tracking import driver_tags, open_suite_run
+    from harness.store.tracking import driver_tags, open_suite_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     dead = subprocess.Popen(["true"])
@@ -334,7 +333,7 @@ def test_parent_runs_of_dead_drivers_are_marked_killed(tmp_path):
 _RACE = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from harness.tracking import open_suite_run
+from harness.store.tracking import open_suite_run
 while time.time() < {start}:
     time.sleep(0.001)
 print(open_suite_run({uri!r}, "race", "suite", {{"stalebench.role": "suite"}})[1])
@@ -368,7 +367,7 @@ def test_suite_name_over_100_characters_is_refused(tmp_path, tiny_base):
 
 @pytest.mark.parametrize("where", ["root", "suite"])
 def test_results_path_that_is_a_file_is_one_line(tmp_path, tiny_base, where):
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     suite = load_suite_file(write_suite(tmp_path, tiny_base))
     root = tmp_path / "results"

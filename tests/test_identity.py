@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.config import ConfigError
-from harness.suite import expand, parse_suite
-from harness.trial import check_identity, run_trial
-from harness.trialdir import SUPERSEDED, config_changes
+from harness.spec.config import ConfigError
+from harness.spec.suite import expand, parse_suite
+from harness.trial.lifecycle import check_identity, run_trial
+from harness.store.trialdir import SUPERSEDED, config_changes
 
 
 def suite(tiny_base, **train):

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, build_run_config
+from harness.spec.config import ConfigError, build_run_config
 from harness.lab.dynamics import run_lab_trial
-from harness.tracking import RunLog
-from harness.trialdir import read_jsonl
+from harness.store.tracking import RunLog
+from harness.store.trialdir import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_KEYS = {"train/reward_mean", "loss/value", "opt/grad_norm", "stale/mean", "stale/max", "lab/J",
@@ -88,7 +88,7 @@ def test_lab_config_errors_name_the_key(lab, key):
 
 
 def test_the_lab_suite_loads_and_expands():
-    from harness.suite import expand, load_suite_file
+    from harness.spec.suite import expand, load_suite_file
 
     suite = load_suite_file(REPO / "suites" / "estimator-lab.yaml")
     trials = expand(suite)

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.config import build_run_config
+from harness.spec.config import build_run_config
 from harness.lab.dynamics import run_lab_trial
 from harness.lab.report import lab_sections
 from harness.lab.results import fit_power, read_trials
-from harness.tracking import RunLog
+from harness.store.tracking import RunLog
 
 
 def test_fit_recovers_a_power_law():
@@ -221,8 +221,8 @@ def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypa
     """`stalebench run` of a lab suite whose trials all finished starts no trial (and no Ray) and only
     computes the sweeps the report will read; run again, it finds them up to date."""
     from harness.cli import main
-    from harness.suite import expand, load_suite_file
-    from harness.trial import run_trial
+    from harness.spec.suite import expand, load_suite_file
+    from harness.trial.lifecycle import run_trial
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     base = {"algorithm": "grpo", "group_size": 4, "eval": {"every_steps": 5},

@@ -5,15 +5,15 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from harness.base_models import BASES_DIR, base_identity
-from harness.config import ConfigError, build_run_config
-from harness.models import char_tokenizer, load_model
+from harness.bases import BASES_DIR, base_identity
+from harness.spec.config import ConfigError, build_run_config
+from harness.bases.models import char_tokenizer, load_model
 from harness.rollout import make_engine, response_logits
 from harness.rollout.hf import HFEngine
 from harness.rollout.lean import LeanEngine, LeanError, LeanQwen3
 from harness.tasks import make_task
 from harness.tasks.synthetic import ADDREV_VOCAB
-from harness.trainer import Trainer, token_logp
+from harness.trial.trainer import Trainer, token_logp
 
 LEAN = response_logits("lean")
 PROMPTS = ["1+2=", "123+456=", "9=", "45+6="]          # different lengths: left padding and positions

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.learnability import judge
-from harness.models import BaseRecipe
+from harness.suite.learnability import judge
+from harness.bases.models import BaseRecipe
 
 
 def _run(seed, start, final, zero_adv, status="completed"):
@@ -41,9 +41,9 @@ def test_the_probe_trains_from_a_candidate_directory_without_a_trial_directory(t
     import shutil
     from pathlib import Path
 
-    from harness.learnability import run_probe
+    from harness.suite.learnability import run_probe
 
-    base = Path(__file__).resolve().parents[1] / "harness" / "base_models" / "tiny-cumsum-v2a"
+    base = Path(__file__).resolve().parents[1] / "harness" / "bases" / "tiny-cumsum-v2a"
     candidate = tmp_path / "candidate"
     shutil.copytree(base, candidate)
     recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=2, probe_eval_every=1)

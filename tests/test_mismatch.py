@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from harness.config import ConfigError, build_run_config
-from harness.models import load_model
+from harness.spec.config import ConfigError, build_run_config
+from harness.bases.models import load_model
 from harness.rollout.mismatch import MismatchEngine, perturbed_copy, truncate_logits
-from harness.trainer import token_logp
+from harness.trial.trainer import token_logp
 
 from test_trainer import run, strip_perf
 

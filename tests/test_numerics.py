@@ -1,4 +1,4 @@
-"""The pinned float path (harness/numerics.py): the rule, its warnings, what a trial records, and that the
+"""The pinned float path (harness/trial/numerics.py): the rule, its warnings, what a trial records, and that the
 default pinned path computes bit for bit what the explicitly forced variables compute."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import numerics
+from harness.trial import numerics
 from harness.errors import ConfigError
 from harness.report.provenance import summarize
 
@@ -102,7 +102,7 @@ def digest_in_a_process(**env: str) -> str:
     """The digest in a fresh process whose float-path variables are exactly `env`."""
     clean = {k: v for k, v in os.environ.items() if k not in (*numerics.PINNED, numerics.RULE_ENV)}
     clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), clean.get("PYTHONPATH")]))
-    code = DIGEST + "\nfrom harness import numerics\nnumerics.warn_once(numerics.pin())\nprint(digest())\n"
+    code = DIGEST + "\nfrom harness.trial import numerics\nnumerics.warn_once(numerics.pin())\nprint(digest())\n"
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
                          timeout=300, check=True)
     assert "warning" not in out.stderr, out.stderr

@@ -1,12 +1,12 @@
-"""The dry run's projections (harness/plan.py): arithmetic checked by hand."""
+"""The dry run's projections (harness/suite/plan.py): arithmetic checked by hand."""
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.config import build_run_config
-from harness.plan import _step_seconds, gpu_projection, model_parameters
-from harness.suite import load_suite_trials
+from harness.spec.config import build_run_config
+from harness.suite.plan import _step_seconds, gpu_projection, model_parameters
+from harness.spec.suite import load_suite_trials
 
 
 def test_model_parameters_from_the_name_when_no_config_is_there(tmp_path):

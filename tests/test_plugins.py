@@ -43,9 +43,9 @@ def test_an_installed_plugin_estimator_is_registered_and_meets_the_contract(inst
 
 
 def test_a_plugin_estimator_trains_in_a_suite_like_a_built_in_one(installed_plugin, tiny_base, tmp_path):
-    from harness.suite import expand, parse_suite
-    from harness.trial import run_trial
-    from harness.trialdir import read_jsonl
+    from harness.spec.suite import expand, parse_suite
+    from harness.trial.lifecycle import run_trial
+    from harness.store.trialdir import read_jsonl
 
     suite = parse_suite({"suite": "plug", "base": tiny_base, "grid": {"algorithm": ["grpo", "seq_tis"], "delay": [2],
                                                                       "eps": [0.1, 0.2]}})

@@ -1,4 +1,4 @@
-"""Raw trial archives (harness/archive.py) and merging a user's trials with a committed report's
+"""Raw trial archives (harness/store/archive.py) and merging a user's trials with a committed report's
 (harness/report/merge.py), on tiny synthetic suites."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import archive, trialdir
-from harness.archive import ArchiveError, open_archive, pack_suite
+from harness.store import archive
+
+from harness.store import trialdir
+from harness.store.archive import ArchiveError, open_archive, pack_suite
 from harness.cli import main
 from harness.report.load import load_results
 from harness.report.merge import MergeError, merge_trials
-from harness.report.synthetic import write_suite
+from tests.fixtures.synthetic_results import write_suite
 
 BASE = {"train": {"lr": 1e-4, "steps": 40}, "task": {"name": "addrev", "eval_size": 500}}
 

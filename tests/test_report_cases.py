@@ -15,7 +15,7 @@ from harness.report import build_report, closing_table
 from harness.report import figures as fig
 from harness.report import paper, stats, tables
 from harness.report.load import load_results
-from harness.report.synthetic import provenance, write_trial
+from tests.fixtures.synthetic_results import provenance, write_trial
 
 EVAL_STEPS = list(range(0, 170, 10))  # 0, 10, ..., 160: a quickstart-like run of 160 steps
 
@@ -318,8 +318,7 @@ def test_columns_in_one_pass_equal_columns_one_by_one():
 
 
 def test_rows_with_nan_infinity_or_a_damaged_line_are_read_like_the_stdlib(tmp_path):
-    from harness import trialdir
-
+    from harness.store import trialdir
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": NaN, "x": Infinity}\n')
     rows, bad = trialdir.read_rows(path)
@@ -372,7 +371,7 @@ def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_
 
 
 def test_a_tuned_table_states_each_estimators_step_size_and_an_untuned_one_does_not():
-    from harness.schema import parse_suite
+    from harness.spec.schema import parse_suite
 
     def suite(**extra):
         return parse_suite({"suite": "s", "version": 1, "base": {"train": {"lr": 1e-4}}, "seeds": [0],

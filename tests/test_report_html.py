@@ -14,7 +14,7 @@ import yaml
 from harness.report import build_report, build_site
 from harness.report import html as report_html
 from harness.report import parallel
-from harness.report.synthetic import write_jsonl, write_suite, write_trial
+from tests.fixtures.synthetic_results import write_jsonl, write_suite, write_trial
 
 HOSTILE = "<script>alert(1)</script>"
 NAME = "hostile"    # the suite schema refuses a hostile suite name (test_a_hostile_suite_name_is_refused); the
@@ -202,7 +202,7 @@ def test_site_lists_an_unreadable_bundle_instead_of_dropping_it(tmp_path):
 def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
     """Extra sections go through the page's templates: text escaped, figures shown, tables by the macro."""
     suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0,), (0,), steps=10)
-    monkeypatch.setattr(report_html, "extra_sections", lambda d, out: [report_html.Section("Lab <b>", [
+    monkeypatch.setattr(report_html, "report_sections", lambda res, out: [report_html.Section("Lab <b>", [
         {"text": "<p id='lab-fragment'>bias</p>"}, {"figure": "lab x.png", "caption": "a <caption>"},
         {"table": {"columns": ["claim", "verdict"], "rows": [{"claim": "1. <i>", "verdict": "consistent"}]}}])])
     monkeypatch.chdir(tmp_path)
@@ -250,7 +250,7 @@ def test_bad_results_dirs_raise_value_error(tmp_path):
         build_site(tmp_path / "no-reports")
 
 
-FORBIDDEN = ("torch", "ray", "transformers", "mlflow", "wandb", "harness.trainer", "harness.lab.sweeps",
+FORBIDDEN = ("torch", "ray", "transformers", "mlflow", "wandb", "harness.trial.trainer", "harness.lab.sweeps",
              "harness.lab.estimate", "harness.lab.policy", "algorithms")
 
 
@@ -266,7 +266,7 @@ def _report_imports(build: str) -> list[str]:
 
 def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
     loaded = _report_imports(
-        "from harness.report.synthetic import write_suite; "
+        "from tests.fixtures.synthetic_results import write_suite; "
         f"d = write_suite(Path({str(tmp_path)!r}), 'imports', ('grpo',), (0, 2), (0,), steps=10); "
         f"build_report(d, Path({str(tmp_path / 'out')!r}))")
     assert "harness.report.figures" in loaded                              # it did build a report
@@ -276,10 +276,10 @@ def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
 def test_a_lab_report_only_reads(tmp_path):
     """An estimator-lab suite's report (its trials and the sweeps `stalebench run` stored) is rendered
     without torch or the lab's computing modules, with the lab section in the page's own templates."""
-    from harness.config import build_run_config
+    from harness.spec.config import build_run_config
     from harness.lab.dynamics import run_lab_trial
     from harness.lab.sweeps import store_sweeps
-    from harness.tracking import RunLog
+    from harness.store.tracking import RunLog
 
     lab = {"vocab": 3, "length": 2, "reward_frac": 0.3, "measure_groups": 40, "loop_groups": 8,
            "sweep_group_sizes": [2, 4, 8], "sweep_group_size": 4, "sweep_groups": 100, "sweep_fit_min_g": 2}

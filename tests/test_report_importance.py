@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness import trialdir
+from harness.store import trialdir
 from harness.report.importance import delay_label, importance_figures
 from harness.report.load import importance_summary
 from harness.report.plotting import Output

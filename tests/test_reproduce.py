@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import trialdir
+from harness.store import trialdir
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.reproduce import reproduce, run_in_process
-from harness.suite import expand, load_suite_file
+from harness.spec.suite import expand, load_suite_file
 
 
 @pytest.fixture(scope="module")

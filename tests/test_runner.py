@@ -23,11 +23,11 @@ import pytest
 import torch
 import yaml
 
-from harness.config import ConfigError
-from harness.status import ProgressLine, suite_status
-from harness.suite import expand, load_suite_file, parse_suite
-from harness.tracking import MlflowSink, RunLog, open_suite_run
-from harness.trialdir import read_jsonl
+from harness.spec.config import ConfigError
+from harness.suite.status import ProgressLine, suite_status
+from harness.spec.suite import expand, load_suite_file, parse_suite
+from harness.store.tracking import MlflowSink, RunLog, open_suite_run
+from harness.store.trialdir import read_jsonl
 
 PROV = {"config_sha256": "test"}
 
@@ -181,8 +181,7 @@ def test_a_damaged_base_stops_the_run_before_anything_is_written(tmp_path, monke
     expected hash, exit 2, no results directory, no MLflow run."""
     import shutil
 
-    from harness import base_models
-
+    from harness import bases as base_models
     bases = tmp_path / "bases"
     shutil.copytree(base_models.BASES_DIR / "tiny-addrev-v1", bases / "tiny-addrev-v1")
     monkeypatch.setattr(base_models, "BASES_DIR", bases)
@@ -284,7 +283,7 @@ def _first_call_returns_none(fn):
 
 
 def test_tune_section_is_strict(tiny_base):
-    from harness.runner import parse_tune
+    from harness.suite.runner import parse_tune
 
     def suite(tune):
         return parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis"]}, "tune": tune})
@@ -310,7 +309,7 @@ def test_tune_section_is_strict(tiny_base):
 
 
 def test_tune_never_tunes_on_a_reported_seed(tiny_base):
-    from harness.runner import parse_tune
+    from harness.suite.runner import parse_tune
 
     def suite(**tune):
         return parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis"]}, "seeds": [0, 1, 7],
@@ -325,7 +324,7 @@ def test_tune_never_tunes_on_a_reported_seed(tiny_base):
 
 
 def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
-    from harness.runner.search import _write_overrides, parse_tune
+    from harness.suite.runner.search import _write_overrides, parse_tune
 
     suite = parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis", "gspo"]},
                          "tune": {"param": "train.lr", "low": 1e-5, "high": 1e-3, "trials_per_algorithm": 2}})
@@ -344,7 +343,7 @@ def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
 
 
 def test_tune_lr_suite_file_is_valid():
-    from harness.runner import parse_tune
+    from harness.suite.runner import parse_tune
 
     suite = load_suite_file(REPO / "suites" / "tune-lr.yaml")
     spec = parse_tune(suite)
@@ -360,7 +359,7 @@ def test_run_suite_with_mlflow_server(tmp_path, tiny_base, mlflow_server, monkey
     per failure, and MLflow (one parent, one child per trial, params, every step once) are checked."""
     from mlflow.tracking import MlflowClient
 
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     broken = tmp_path / "broken-model"
@@ -501,7 +500,7 @@ def test_worker_crash_is_retried_and_resumes(tmp_path, tiny_base, monkeypatch, c
 
     import psutil
 
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 40, "checkpoint_every": 4}}
@@ -534,7 +533,7 @@ def test_worker_crash_is_retried_and_resumes(tmp_path, tiny_base, monkeypatch, c
 
 @pytest.mark.slow
 def test_tune_suite_equal_budget_and_overrides(tmp_path, tiny_base, monkeypatch):
-    from harness.runner import tune_suite
+    from harness.suite.runner import tune_suite
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     base = {**tiny_base, "train": {**tiny_base["train"], "steps": 4}, "eval": {"every_steps": 2}}
@@ -559,7 +558,7 @@ def test_run_suite_on_a_ray_cluster_with_shared_storage(tmp_path, tiny_base, mon
     import shutil
     import tempfile
 
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")      # short: Ray's socket paths have a length limit
     port = free_port()

@@ -1,4 +1,4 @@
-"""Tests for harness.status on hostile or malformed result files (the happy path is in test_runner.py)."""
+"""Tests for harness.suite.status on hostile or malformed result files (the happy path is in test_runner.py)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.status import ProgressLine, count_statuses, printable, suite_status
-from harness.trialdir import read_status
+from harness.suite.status import ProgressLine, count_statuses, printable, suite_status
+from harness.store.trialdir import read_status
 
 ESCAPES = ["\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m", "\r", "\x08", "\u202e"]  # clear, retitle, CSI, CR, BS, RTL
 

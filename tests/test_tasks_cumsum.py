@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.models import _supervised_batch, accuracy_by_length, char_tokenizer, problems_sha256
+from harness.bases.models import _supervised_batch, accuracy_by_length, char_tokenizer, problems_sha256
 from harness.tasks import Problem, make_task
 from harness.tasks.cumsum import (CUMSUM_VOCAB, MAX_DIGITS, MIN_DIGITS, SLOTS, cumsum_answer, cumsum_prompt,
                                   cumsum_task, difficulty)
@@ -128,14 +128,14 @@ def test_accuracy_by_length_groups_by_answer_length() -> None:
     assert accuracy_by_length(problems, [1.0, 0.0, 1.0]) == {"5": 0.5, "6": 1.0}
 
 
-V2_BASES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "harness" / "base_models").glob("tiny-cumsum-v2*"))
+V2_BASES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "harness" / "bases").glob("tiny-cumsum-v2*"))
 
 
 @pytest.mark.parametrize("name", V2_BASES)
 def test_each_frozen_v2_base_matches_the_task_passed_its_probe_and_shares_the_recipe(name) -> None:
     """Every frozen v2 base: its files' sha256, the task's eval set, a passed probe, the recipe of
     tiny-cumsum-v2a but for the name and the warm-up seed, and its accepted line in candidates.jsonl."""
-    from harness.base_models import BASES_DIR, verify_base
+    from harness.bases import BASES_DIR, verify_base
 
     manifest = verify_base(BASES_DIR / name)                         # every file's sha256
     assert manifest["eval_size"] == 2500 and manifest["eval_set_sha256"] == EVAL_2500_SHA256

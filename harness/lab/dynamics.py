@@ -46,13 +46,13 @@ import torch
 
 from algorithms import LossInputs, compute_loss, group_advantages
 
-from . import estimate, policy
-from ..trialdir import Outcome
-from .config import LabConfig, check_supported
+from harness.lab import estimate, policy
+from harness.store.trialdir import Outcome
+from harness.spec.lab import LabConfig, check_supported
 
 if TYPE_CHECKING:
-    from harness.config import RunConfig
-    from harness.tracking import RunLog
+    from harness.spec.config import RunConfig
+    from harness.store.tracking import RunLog
 
 MEASURE_KEYS = ("bias_true", "bias_tis", "bias_is", "second_moment", "mse", "cosine")
 

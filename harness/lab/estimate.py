@@ -61,8 +61,8 @@ from torch import Tensor
 
 from algorithms import LossInputs, compute_loss, group_advantages
 
-from . import policy
-from .policy import DTYPE, Problem
+from harness.lab import policy
+from harness.lab.policy import DTYPE, Problem
 
 TRAJ_IS = ("tic_is", 1e12)      # plain trajectory IS through the registry: w_i = min(r_i, 1 + 1e12) = r_i
 TOKEN_IS = "is_none"              # the registered unclipped token-level estimator

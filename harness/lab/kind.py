@@ -1,51 +1,53 @@
-"""The estimator lab as a trial kind (harness/kinds.py): a run config with a `lab:` section trains a
+"""The estimator lab as a trial kind (harness/spec/kinds.py): a run config with a `lab:` section trains a
 synthetic tabular policy (dynamics.py) instead of an LLM. Torch-free until a trial runs.
 
     validate        lab/config.check_supported: the run-config settings a lab trial cannot honour
     needs_base      no: the policy is synthetic
     after_suite     the fixed-policy sweeps (sweeps.store_sweeps), stored in <suite>/lab/sweeps.json
-    report_sections the lab's report section (report.lab_sections), read from the stored files
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import check_supported
+from harness.spec.kinds import KINDS
+from harness.spec.lab import check_supported
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
-    from ..trialdir import Outcome
+    from harness.spec.config import RunConfig
+    from harness.store.trialdir import Outcome
 
 
+@KINDS.register("lab")
 class LabKind:
     name = "lab"
     shares_on_policy = False       # each estimator's measured bias is the result, even at delay 0
 
-    def claims(self, cfg: RunConfig) -> bool:
+    @staticmethod
+    def claims(cfg: RunConfig) -> bool:
         return cfg.lab is not None
 
-    def validate(self, cfg: RunConfig) -> None:
+    @staticmethod
+    def validate(cfg: RunConfig) -> None:
         check_supported(cfg)
 
-    def needs_base(self, cfg: RunConfig) -> bool:
+    @staticmethod
+    def needs_base(cfg: RunConfig) -> bool:
         return False
 
-    def run(self, cfg: RunConfig, log: Any, start: Callable[..., None], progress: bool = False) -> Outcome:
-        from .dynamics import run_lab_trial
+    @staticmethod
+    def run(cfg: RunConfig, log: Any, start: Callable[..., None], progress: bool = False) -> Outcome:
+        from harness.lab.dynamics import run_lab_trial
         return run_lab_trial(cfg, log, start)
 
-    def after_suite(self, suite_dir: Path) -> str | None:
+    @staticmethod
+    def after_suite(suite_dir: Path) -> str | None:
         """The fixed-policy sweeps, computed once per config. A failure is one line, not a failed run: the
         trials' results stand, and the report says what is missing."""
-        from .sweeps import store_sweeps                    # torch: only for lab suites
+        from harness.lab.sweeps import store_sweeps                    # torch: only for lab suites
 
         try:
             return store_sweeps(suite_dir)
         except Exception as exc:  # noqa: BLE001 — reported in one line; running the suite again retries
             reason = str(exc).splitlines()[0][:300] if str(exc) else ""
             return f"lab: the fixed-policy sweeps failed ({type(exc).__name__}: {reason})"
-
-    def report_sections(self, results_dir: Path, out_dir: Path) -> list[tuple[str, list[dict[str, Any]]]]:
-        from .report import lab_sections
-        return lab_sections(results_dir, out_dir)

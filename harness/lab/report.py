@@ -22,11 +22,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .. import trialdir
-from ..schema import read_suite_yaml
-from . import figures
-from .results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
-from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
+from harness.store import trialdir
+from harness.spec.schema import read_suite_yaml
+from harness.lab import plots as figures
+from harness.lab.results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
+from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
+from harness.report.load import SuiteResults
+from harness.report.sections import SECTIONS, Section
 
 
 # ----------------------------------------------------------------------------------------------
@@ -254,6 +256,12 @@ def _figure(file: str, caption: str) -> Block:
 
 def _table(rows: list[dict[str, str]], cols: list[str]) -> Block:
     return {"table": {"columns": cols, "rows": [{c: str(r.get(c, "")) for c in cols} for r in rows]}}
+
+
+@SECTIONS.register("lab")
+def lab_report_sections(res: SuiteResults, out_dir: Path) -> list[Section]:
+    """The estimator lab's sections of a suite's report."""
+    return [Section(title, blocks) for title, blocks in lab_sections(res.path, out_dir)]
 
 
 def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, list[Block]]]:

@@ -3,7 +3,7 @@
     trials = read_trials(results_dir)          # one LabTrial per trial directory with params.json
     fit = fit_power(G, bias_sq, bias_sq_se, x_min=8)   # bias = c·G^p, weighted, every point
 
-Trial layout (the suite runner's, read through harness/trialdir.py): params.json, config.yaml,
+Trial layout (the suite runner's, read through harness/store/trialdir.py): params.json, config.yaml,
 eval.jsonl and status.json of each trial directory. The grid point comes from params.json (dotted or
 plain keys), falling back to config.yaml for a key it lacks, except a key params.json lists as `ignored`
 (an estimator that does not read ε runs once, without an `eps` key): its value is NaN, not the base
@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from .. import trialdir
-
+from harness.store import trialdir
 KNOWN_KEYS = ("algorithm", "delay", "eps", "group_size", "seed", "ignored", "stands_for")
 
 

@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config import to_dict
-from ..errors import ConfigError
-from ..schema import Suite, read_suite_yaml
-from ..trialdir import LAB_DIR, suite_file
+from harness.spec.config import to_dict
+from harness.errors import ConfigError
+from harness.spec.schema import Suite, read_suite_yaml
+from harness.store.trialdir import LAB_DIR, suite_file
 
 SWEEP_FILE = Path(LAB_DIR) / "sweeps.json"
 SWEEP_VERSION = 4             # 4: every input resolved from the typed base config (lab defaults included)

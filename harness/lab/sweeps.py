@@ -26,10 +26,10 @@ import torch
 
 from algorithms import prepare_context
 
-from ..config import from_dict
-from . import estimate, policy
-from .config import LabConfig
-from .sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs, write_sweeps
+from harness.spec.config import from_dict
+from harness.lab import estimate, policy
+from harness.spec.lab import LabConfig
+from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs, write_sweeps
 
 EPS_GRID = (0.05, 0.1, 0.2, 0.4, 0.8)        # the ε range
 KL_GRID = (0.05, 0.1, 0.2, 0.5, 1.0)         # nats, KL(π_b ‖ π_θ)

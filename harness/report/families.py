@@ -1,7 +1,7 @@
 """Estimator families and coincidences for the report's tables, read from result files only.
 
 Each trial's provenance.json carries its estimator's family ("estimator": trust_region, correction, reads),
-written when the trial ran (harness/trial.py, from the registry); results/<suite>/coincidences.json (harness/
+written when the trial ran (harness/trial/lifecycle.py, from the registry); results/<suite>/coincidences.json (harness/
 coincidences.py) lists the estimators whose gradients coincide in the suite's regime. The report never
 imports the estimators: older trials without the record show no family.
 """
@@ -11,8 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import coincidences
-
+from harness.suite import coincidences
 from harness.report.load import SuiteResults
 
 

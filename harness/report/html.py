@@ -24,62 +24,19 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from harness import trialdir
+from harness.store import trialdir
 from harness.report import figures as fig
 from harness.report import importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
-from harness.schema import DEFAULT_BASELINE
+from harness.spec.schema import DEFAULT_BASELINE
+from harness.report.sections import Section, report_sections
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
 DOCS_URL = "../../docs/report.md"  # reports/<suite>/index.html -> the repository's docs/report.md
 TEMPLATES = Path(__file__).with_name("templates")
-
-
-@dataclass(frozen=True)
-class Section:
-    """An extra report section: a title and blocks, each {"text": str}, {"figure": file in out_dir,
-    "caption": str} or {"table": {"columns": [str], "rows": [{column: str}]}}. The report's templates
-    render them like the rest of the page (every string escaped; tables sortable)."""
-
-    title: str
-    blocks: list[dict[str, Any]] = field(default_factory=list)
-
-
-def extra_sections(results_dir: Path, out_dir: Path) -> list[Section]:
-    """Sections the trial kinds add to a suite's report (kinds.py; the estimator lab's for a suite with a
-    `lab:` base config): read from the stored files, figures written straight into `out_dir`."""
-    from harness.kinds import kinds
-    return [Section(title, blocks) for kind in kinds() for title, blocks in kind.report_sections(results_dir, out_dir)]
-
-
-def benchmark_sections(res: SuiteResults) -> list[Section]:
-    """The per-benchmark table of the trials whose kept policy was evaluated (`stalebench eval --trial`
-    wrote <trial>/benchmarks/results.json): one row per trial, one column per benchmark, accuracy ±
-    standard error (problems)."""
-    rows = []
-    for r in res.trials.to_dict("records"):
-        scores = trialdir.read_benchmarks(res.path / str(r["trial_id"]))
-        if scores and isinstance(scores.get("benchmarks"), dict):
-            rows.append((r, scores["benchmarks"]))
-    if not rows:
-        return []
-    names = sorted({b for _, scores in rows for b in scores})
-
-    def cell(score: Any) -> str:
-        if not isinstance(score, dict) or not isinstance(score.get("acc"), (int, float)):
-            return "—"
-        err = score.get("acc_stderr")
-        return f"{score['acc']:.3f}" + (f" ± {err:.3f}" if isinstance(err, (int, float)) else "") + f" ({score.get('n')})"
-
-    columns = ["trial", "algorithm", "delay", "seed", *names]
-    table = [dict(zip(columns, [str(r["trial_id"]), str(r.get("algorithm", "")), show(r.get("delay")),
-                                show(r.get("seed")), *(cell(scores.get(b)) for b in names)])) for r, scores in rows]
-    text = ("Kept policies (train.save) evaluated with `stalebench eval --trial`: lm-eval on the local benchmark "
-            "files, greedy, zero-shot; accuracy ± its standard error (problems).")
-    return [Section("Benchmark evaluation", [{"text": text}, {"table": {"columns": columns, "rows": table}}])]
 
 
 def suite_slug(name: str) -> str:
@@ -134,7 +91,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "survival": partial(fig.survival_curves, plot, figures_out),
         "staleness": partial(fig.staleness, a.trials, res.metrics, figures_out)})
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
-    extras = [_section_record(s) for s in extra_sections(res.path, out_dir) + benchmark_sections(res)]
+    extras = [_section_record(s) for s in report_sections(res, out_dir)]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
     papers = paper.paper_tables(a, res.suite)

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import trialdir
+from harness.store import trialdir
 from harness.report.load import IMPORTANCE_KEYS, Importance, sum_lists
 from harness.report.plotting import FigureOut, Output, estimator_style, save
 from harness.report.tables import FINISHED, _sort_key

@@ -1,7 +1,7 @@
 """Your trials beside a committed report's raw trials: rank a new estimator against the reference without
 rerunning the reference.
 
-``merge_trials(user_dir, archive)`` opens the archive (``harness.archive.open_archive``: a committed
+``merge_trials(user_dir, archive)`` opens the archive (``harness.store.archive.open_archive``: a committed
 report's raw.tar.gz) into a temporary suite results directory and adds the user's trials to it under the
 identity rules of ``stalebench run`` (a trial's resolved config.yaml decides what it is):
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import trialdir
-from harness.archive import SUITE_FILE, open_archive
+from harness.store import trialdir
+from harness.store.archive import SUITE_FILE, open_archive
 
 
 class MergeError(ValueError):

@@ -7,7 +7,7 @@ Facets are seaborn ``FacetGrid``s (``Grid``): wrapped when there is one facet va
 numeric order (G=4 before G=16), one shared legend naming every estimator in the suite (drawn above the
 panels; the figure grows to include it). Each estimator has its own colour *and* marker
 (``estimator_style``), so up to ~15 stay distinct: the one estimator-style table of every figure, the
-estimator lab's included (harness/lab/figures.py).
+estimator lab's included (harness/lab/plots.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The runner writes ``<trial>/provenance.json`` (stalebench version, git commit and dirty flag, package
 versions, python, torch threads, cpu, gpu, host, base model name and sha256, eval-set sha256, config
-sha256, start time, and the float path the trial computed on: harness/numerics.py). ``summarize``
+sha256, start time, and the float path the trial computed on: harness/trial/numerics.py). ``summarize``
 lists the distinct values of each field across a suite's trials and warns when the suite mixes what
 should be one thing: git commits, dirty trees, package versions, stalebench versions, base models, eval
 sets or float paths. A trial without the file counts as "unknown".
@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from harness.provenance import package_versions
+from harness.store.provenance import package_versions
 
 UNKNOWN = "unknown"
 # Fields shown, in order: (dotted key, label). Dotted keys address nested objects (packages.torch).

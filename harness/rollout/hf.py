@@ -13,7 +13,7 @@ import time
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .base import Rollout, sample_token
+from harness.rollout.base import Rollout, sample_token
 
 # transformers renamed the KV cache of a forward from `past_key_values` to `cache` during 5.x (5.24 warns
 # about the old name, 5.17 knows only it): use whichever this version's outputs carry.

@@ -25,8 +25,8 @@ import time
 
 import torch
 
-from .base import Rollout
-from .hf import CACHE, encode, prefill
+from harness.rollout.base import Rollout
+from harness.rollout.hf import CACHE, encode, prefill
 
 
 def truncate_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

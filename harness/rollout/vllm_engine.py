@@ -40,7 +40,7 @@ from typing import Iterator
 
 import torch
 
-from .base import Rollout
+from harness.rollout.base import Rollout
 
 CPU_KV_CACHE_BYTES = 64 * 2**20          # ample for the tiny model's 64-token context; uncapped ≈ RAM / 2
 CPU_MAX_NUM_SEQS = 1024                  # vLLM's CPU default, 256, splits a 64 × 8 batch into two waves

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .benchmarks import _BENCHMARKS, BENCHMARK_NAMES, PROMPT_SUFFIX
-from .verify import grade_math
+from harness.tasks.benchmarks import _BENCHMARKS, BENCHMARK_NAMES, PROMPT_SUFFIX
+from harness.tasks.verify import grade_math
 
 VERIFY_TIMEOUT_S = 1.0                     # per completion, as in training (harness.tasks.verify)
 

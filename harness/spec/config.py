@@ -1,0 +1,352 @@
+"""Typed run configuration: frozen dataclasses, a strict loader, and dotted overrides.
+
+One `RunConfig` drives every part of a run (model, task, rollout, delay, trainer, evaluation). It is
+built from the `base` section of a suite YAML plus the trial's grid point; nothing reads a setting the
+config does not declare. Every error is one line naming the key and the valid values.
+
+Importing this module imports no torch: the estimator registry (`algorithms`) is imported by the
+validation that needs it, so torch-free readers (the suite schema, the report) share these types.
+"""
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from harness.spec.delays import DelayDistribution
+from harness.errors import ConfigError
+from harness.spec.trace import read_trace
+from harness.spec.lab import LabConfig
+
+
+DEFAULT_ESTIMATOR = "grpo"
+MAX_STEPS = 10_000_000                     # a bound on train.steps (a typo of 10**30 would never end)
+
+
+def _choice(key: str, value: object, valid: typing.Iterable[object]) -> None:
+    valid = list(valid)
+    if value not in valid:
+        raise ConfigError(f"{key}: {value!r} is not valid; choose one of {', '.join(map(str, valid))}")
+
+
+def _positive(key: str, value: float | int, strict: bool = True) -> None:
+    if (value <= 0) if strict else (value < 0):
+        raise ConfigError(f"{key}: must be {'> 0' if strict else '>= 0'}; got {value}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    kind: str = "tiny"                     # "tiny": a frozen base shipped with stalebench; "path": a local HF model dir
+    base: str = "tiny-addrev-v1"           # the frozen base (kind: tiny), harness/bases/<base>/
+    path: str | None = None                # local directory of a transformers causal LM (kind: path)
+    dtype: str = "float32"                 # float32 | bfloat16
+    device: str = "auto"                   # auto (cuda when available) | cpu
+    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; CPU: docs/vllm.md)
+    forward: str = "hf"                    # the model's forward: hf (transformers) | lean (tiny Qwen3 bases only;
+                                           # harness/rollout/lean.py): trainer log-probs and hf-engine rollouts
+    behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
+    backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
+    zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
+    zero_offload: bool = False             # DeepSpeed: keep optimizer states on the CPU
+    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm on a GPU; unused on CPU)
+
+    def validate(self, key: str) -> None:
+        _choice(f"{key}.kind", self.kind, ("tiny", "path"))
+        if self.kind == "path" and not self.path:
+            raise ConfigError(f"{key}.path: required when {key}.kind is 'path' (a local model directory)")
+        _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
+        _choice(f"{key}.engine", self.engine, ("hf", "vllm"))
+        _choice(f"{key}.device", self.device, ("auto", "cpu"))
+        _choice(f"{key}.forward", self.forward, ("hf", "lean"))
+        if self.forward == "lean" and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"
+                                       or self.dtype != "float32"):
+            raise ConfigError(f"{key}.forward: 'lean' is written for the tiny Qwen3 bases (kind: tiny) in float32 "
+                              f"with engine hf and backend torch; set {key}.forward: hf for kind {self.kind!r}, "
+                              f"dtype {self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
+        _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
+        _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
+        _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
+        if self.kind == "tiny":
+            from harness.bases import base_names
+            _choice(f"{key}.base", self.base, base_names())
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "addrev"                   # addrev (synthetic, CPU default) or a benchmark name
+    train_size: int | None = None          # None: the task's default
+    eval_size: int = 500
+    data_dir: str | None = None            # benchmark files (default: $STALEBENCH_DATA_DIR or ../shared/data/benchmarks)
+
+    def validate(self, key: str) -> None:
+        from harness.tasks import task_names
+        _choice(f"{key}.name", self.name, task_names())
+        _positive(f"{key}.eval_size", self.eval_size)
+        if self.train_size is not None:
+            _positive(f"{key}.train_size", self.train_size)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200                       # optimizer steps (batches consumed)
+    prompts_per_step: int = 16
+    lr: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.99
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    updates_per_batch: int = 1             # optimizer updates per batch: staleness spans delay..delay+k-1
+    micro_batch_size: int | None = None    # responses per forward/backward; None = whole batch
+    aggregation: str = "token-mean"
+    advantage: str = "std"                 # std (GRPO) | mean (Dr. GRPO)
+    kl_beta: float = 0.0                   # KL to the initial policy (k3 estimator); 0 = off
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+    checkpoint_every: int = 50             # steps between resumable checkpoints; 0 = never
+    threads: int = 1                       # torch CPU threads per process
+    workers: int = 1                       # data-parallel workers (Ray Train processes; gradients summed across
+                                           # them): each samples and scores prompts_per_step / workers whole prompt
+                                           # groups with its own seed, so it is part of what a trial is (docs/workers.md)
+    save: str = "none"                     # keep the policy as a transformers model dir <trial>/policy:
+                                           # final (at the last step) | best (best eval/acc) | none
+
+    def validate(self, key: str) -> None:
+        for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads",
+                     "workers"):
+            _positive(f"{key}.{name}", getattr(self, name))
+        if self.prompts_per_step % self.workers:
+            raise ConfigError(f"{key}.workers: {key}.prompts_per_step {self.prompts_per_step} does not divide into "
+                              f"{self.workers} workers (each worker samples whole prompt groups)")
+        if self.steps > MAX_STEPS:
+            raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
+        for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
+            _positive(f"{key}.{name}", getattr(self, name), strict=False)
+        if self.micro_batch_size is not None:
+            _positive(f"{key}.micro_batch_size", self.micro_batch_size)
+        from algorithms import AGGREGATIONS, ADVANTAGE_MODES
+
+        _choice(f"{key}.aggregation", self.aggregation, AGGREGATIONS)
+        _choice(f"{key}.save", self.save, ("none", "final", "best"))
+        _choice(f"{key}.advantage", self.advantage, ADVANTAGE_MODES)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every_steps: int = 20                  # held-out evaluation period (also at step 0 and the last step)
+    size: int | None = None                # None: the task's eval_size
+    pass_k: int = 0                        # also report pass@k with k samples at temperature 1 (0 = off)
+
+    def validate(self, key: str) -> None:
+        _positive(f"{key}.every_steps", self.every_steps)
+        _positive(f"{key}.pass_k", self.pass_k, strict=False)
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    max_staleness: int = 1                 # η: a consumed batch is at most η policy versions old
+
+    def validate(self, key: str) -> None:
+        _positive(f"{key}.max_staleness", self.max_staleness, strict=False)
+
+
+@dataclass(frozen=True)
+class MismatchConfig:
+    """The rollout engine's log-probs differ from the trainer's (harness/rollout/mismatch.py)."""
+    sigma: float = 0.0                     # noise on the engine's weights, σ · rms of each tensor
+    bf16: bool = False                     # round the engine's weights to bfloat16
+    top_p: float = 1.0                     # nucleus sampling; recorded log-probs are the renormalized ones
+    top_k: int = 0                         # top-k sampling (0 = off), applied before top-p as vLLM does
+
+    def validate(self, key: str) -> None:
+        if not 0 <= self.sigma <= 10:
+            raise ConfigError(f"{key}.sigma: must be in [0, 10] (noise relative to each weight tensor's rms); got {self.sigma}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"{key}.top_p: must be in (0, 1] (1 = no nucleus truncation); got {self.top_p}")
+        _positive(f"{key}.top_k", self.top_k, strict=False)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    algorithm: str = DEFAULT_ESTIMATOR     # a registered estimator (algorithms.loss_names())
+    params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
+    delay: int | DelayDistribution = 0     # exact rollout delay d (optimizer steps), or a law of lags (delay_dist.py)
+    eps: float = 0.2                       # trust-region width ε
+    group_size: int = 8                    # G responses per prompt
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    async_: AsyncConfig | None = None      # YAML key `async`: real concurrent generation (None = exact delay)
+    lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
+    mismatch: MismatchConfig | None = None # engine log-probs apart from the trainer's (None = the plain engine)
+
+    def validate(self, key: str = "base") -> None:
+        from algorithms import check_params, loss_names
+
+        _choice("algorithm", self.algorithm, loss_names())
+        try:
+            check_params(self.algorithm, dict(self.params))
+        except ValueError as exc:
+            raise ConfigError(f"params: {exc}") from None
+        if isinstance(self.delay, DelayDistribution):
+            self.delay.validate("delay")
+            if self.delay.dist == "trace":          # the file must fit this run's batch shape and length
+                read_trace(self.delay.path, self.train.prompts_per_step * self.group_size,
+                           updates_per_batch=self.train.updates_per_batch, max_lag=self.delay.max, steps=self.train.steps)
+        else:
+            _positive("delay", self.delay, strict=False)
+        _positive("eps", self.eps)
+        if self.group_size < 2:
+            raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
+        for f in fields(self):                 # each section validates its own keys
+            section = getattr(self, f.name)
+            if dataclasses.is_dataclass(section) and not isinstance(section, DelayDistribution):
+                section.validate(_yaml_name(f))
+        if self.mismatch is not None and self.model.engine != "hf":
+            raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use "
+                              "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
+        if self.async_ is not None and self.delay:
+            raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
+        if self.train.workers > 1:
+            self._validate_workers()
+
+    def _validate_workers(self) -> None:
+        """What several data-parallel workers need (docs/workers.md); each refusal is one line."""
+        m = self.model
+        refusals = [
+            (m.zero_stage > 2, "ZeRO-3 partitions the parameters, which each worker's own rollouts and rank 0's "
+                               "evaluation cannot use; set model.zero_stage 0, 1 or 2"),
+            (m.engine != "hf", f"model.engine {m.engine!r} is not supported with several workers yet (each worker "
+                               f"would start its own engine inside the Train process group); use engine hf"),
+            (self.async_ is not None, "async is not supported with several workers (the producer thread would "
+                                      "share the workers' collectives); use delay"),
+            (isinstance(self.delay, DelayDistribution), "a delay distribution or trace runs in one process (its "
+                                                        "policy snapshots are not shared); use an integer delay"),
+        ]
+        for refused, reason in refusals:
+            if refused:
+                raise ConfigError(f"train.workers: {reason}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Strict loading
+# ----------------------------------------------------------------------------------------------
+
+def _yaml_name(f: dataclasses.Field) -> str:
+    return f.name.rstrip("_")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+
+
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    """Check `value` against the annotation `tp` (after `from __future__ import annotations`)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(key, arg, value)
+            except ConfigError as exc:   # a mapping's error is the section's (e.g. delay: {dist: ...})
+                section = dataclasses.is_dataclass(arg) and isinstance(value, Mapping)
+                errors.insert(0 if section else len(errors), str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: may not be null")
+    if dataclasses.is_dataclass(tp):
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping of {', '.join(_yaml_name(f) for f in fields(tp))}; got {value!r}")
+        return from_dict(tp, value, key)
+    if origin in (collections.abc.Mapping, dict) or tp in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping; got {value!r}")
+        return types.MappingProxyType(dict(value))
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list; got {value!r}")
+        (inner, _) = typing.get_args(tp)
+        return tuple(_coerce(f"{key}[{i}]", inner, v) for i, v in enumerate(value))
+    if tp is float and not isinstance(value, bool):
+        number = value
+        if isinstance(value, str):
+            try:                               # YAML reads 1e-4 (no dot) as a string
+                number = float(value)
+            except ValueError:
+                pass
+        if isinstance(number, (int, float)):
+            if not math.isfinite(number):
+                raise ConfigError(f"{key}: must be a finite number; got {value!r}")
+            return float(number)
+    if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}; got {value!r}")
+
+
+def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
+    """Build dataclass `cls` from a mapping, refusing unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    by_yaml = {_yaml_name(f): f for f in fields(cls)}
+    unknown = sorted(set(data) - set(by_yaml))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid keys: {', '.join(sorted(by_yaml))}")
+    kwargs = {f.name: _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict)."""
+    if dataclasses.is_dataclass(obj):
+        return {_yaml_name(f): to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """Return a copy of nested `data` with `a.b.c` set to value."""
+    head, _, rest = dotted.partition(".")
+    out = dict(data)
+    if rest:
+        inner = out.get(head) or {}
+        if not isinstance(inner, Mapping):
+            raise ConfigError(f"{dotted}: {head} is not a section")
+        out[head] = set_dotted(dict(inner), rest, value)
+    else:
+        out[head] = value
+    return out
+
+
+def build_run_config(base: Mapping[str, Any], overrides: Mapping[str, Any] = types.MappingProxyType({})) -> RunConfig:
+    """The validated RunConfig for `base` with dotted `overrides` applied (grid point, seed, ...)."""
+    data = to_dict(base)
+    for dotted, value in overrides.items():
+        data = set_dotted(data, dotted, value)
+    cfg = from_dict(RunConfig, data, "base")
+    cfg.validate()
+    return cfg
+
+
+def flatten(cfg: RunConfig) -> dict[str, Any]:
+    """Dotted key -> scalar value (for MLflow params and tables)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = value
+
+    walk("", to_dict(cfg))
+    return out

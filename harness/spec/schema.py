@@ -1,0 +1,288 @@
+"""The suite file's schema: one typed, strict object that parsing fills once and every reader uses —
+`check`, `run`, `tune`, `status`, the estimator lab and the report. Importing it imports no torch (the
+run config's types are torch-free; only their validation asks the estimator registry), so the report
+reads results/<suite>/suite.yaml through the same schema that `stalebench check` enforces.
+
+    suite: quickstart                 # a name: a directory and an MLflow experiment
+    version: 1
+    base: {...}                       # a full run config (config.RunConfig; each trial's is validated by suite.expand)
+    grid: {dotted.key: [values]}      # crossed; trial ids are made from it (suite.trial_id)
+    seeds: [0, 1]
+    resources: {cpu, gpu, max_concurrent, max_failures}            # Resources
+    overrides: {estimator: {dotted.key: value}}                    # e.g. its tuned learning rate
+    overrides_scope: all              # all trials, or `stale`: only trials that are not on-policy (delay > 0)
+    share_on_policy: false            # delay 0, one update per batch: one trial per seed for all estimators
+    notes: "..."
+    report: {collapse: {...}, baseline: grpo}                      # ReportSection (read by the report)
+    tune: {param: train.lr, low: 1e-5, high: 1e-3, ...}            # TuneSpec (read by `stalebench tune`)
+    tracking: {wandb: {project: stalebench, mode: offline}}        # tracking.TrackingConfig (mirrors)
+
+Every problem is a one-line ConfigError naming the key. What needs a resolved, validated run config
+(every trial's config, the tune bounds) is checked by suite.load_suite_file, which `check` runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from harness.spec.config import DEFAULT_ESTIMATOR, RunConfig, from_dict, to_dict
+from harness.errors import ConfigError
+from harness.spec.collapse import CollapseRules
+from harness.store.tracking.config import TrackingConfig
+from harness.spec.yamlio import load_yaml_text, read_text_file, short
+
+SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
+              "share_on_policy", "overrides_scope", "tracking")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
+                              # for a path segment; trial ids and timestamps are appended to it)
+DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
+OVERRIDES_SCOPES = ("all", "stale")   # where `overrides:` apply: every trial, or the stale ones only
+MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: float = 1.0              # CPUs per trial process: a trial of train.workers N reserves N x cpu
+    gpu: float = 0.0              # GPUs per trial process (N x gpu)
+    max_concurrent: int | None = None   # trials at once (default: as many as fit)
+    max_failures: int = 1         # retries of a trial that raised (transient failures), 0..MAX_FAILURES
+
+    def validate(self, key: str) -> None:
+        if self.cpu <= 0 or self.gpu < 0:
+            raise ConfigError(f"{key}: cpu must be > 0 and gpu >= 0; got cpu={self.cpu}, gpu={self.gpu}")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ConfigError(f"{key}.max_concurrent: must be >= 1 (or omitted: as many as fit); got {self.max_concurrent}")
+        if not 0 <= self.max_failures <= MAX_FAILURES:     # Tune's -1 (retry forever) loops on a deterministic bug
+            raise ConfigError(f"{key}.max_failures: must be between 0 and {MAX_FAILURES} (retries of a failed "
+                              f"trial); got {self.max_failures}")
+
+    def parallel_trials(self, cpus: float, gpus: float | None = None, workers: int = 1) -> int:
+        """How many trials of `workers` processes each fit in `cpus` CPUs (and `gpus` GPUs, when given and
+        the trials take GPUs), at least 1, at most max_concurrent: the one count of "how many trials fit"
+        (the dry run's estimate on this machine, `tune`'s on the Ray cluster)."""
+        fits = int(cpus // max(self.cpu * workers, 1e-9))
+        if self.gpu and gpus is not None:
+            fits = min(fits, int(gpus // (self.gpu * workers)))
+        return max(1, min(fits, self.max_concurrent or fits))
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """The `report:` section: the collapse rules (report/collapse.py) and the estimator the probability of
+    improvement is measured against (one of the suite's estimators; default: DEFAULT_ESTIMATOR)."""
+    collapse: CollapseRules = field(default_factory=CollapseRules)
+    baseline: str = DEFAULT_BASELINE
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """The `tune:` section (read by `stalebench tune`, runner/search.py)."""
+    param: str = "train.lr"                # a float run-config setting, searched log-uniformly
+    low: float = 0.0                       # the range [low, high], 0 < low < high (required)
+    high: float = 0.0
+    trials_per_algorithm: int = 8          # the same budget for every estimator
+    metric: str = "eval/acc"               # objective: this metric in the last row of the trial's eval.jsonl
+    mode: str = "max"                      # max | min
+    sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
+    delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
+                                           # update per batch: there every estimator's gradient equals grpo's
+    seed: int | None = None                # the tuning seed (default: 1000 + the suite's largest seed); never one
+                                           # of the suite's seeds, so a tuned value is never scored on a reported run
+
+    def validate(self, base: RunConfig, seeds: list[int]) -> None:
+        if not 0 < self.low < self.high:
+            raise ConfigError(f"tune.low, tune.high: need 0 < low < high (a log-uniform range); got {self.low}, {self.high}")
+        if self.trials_per_algorithm < 1:
+            raise ConfigError(f"tune.trials_per_algorithm: must be >= 1; got {self.trials_per_algorithm}")
+        if self.mode not in ("max", "min"):
+            raise ConfigError(f"tune.mode: {self.mode!r} is not valid; choose one of max, min")
+        if not self.metric:
+            raise ConfigError("tune.metric: must name an eval metric, e.g. eval/acc")
+        value: Any = base
+        for part in self.param.split("."):
+            if not hasattr(value, part.replace("async", "async_")):
+                raise ConfigError(f"tune.param: {self.param!r} is not a run-config key (e.g. train.lr)")
+            value = getattr(value, part.replace("async", "async_"))
+        if not isinstance(value, float):
+            raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
+        if self.delay is not None and self.delay < 0:
+            raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
+        if self.seed is not None and self.seed in seeds:
+            raise ConfigError(f"tune.seed: {self.seed} is one of the suite's reported seeds {seeds}; tune on a "
+                              f"seed the suite does not report (default: {1000 + max(seeds)})")
+
+    def tune_seed(self, suite: Suite) -> int:
+        return self.seed if self.seed is not None else 1000 + max(suite.seeds)
+
+    def tune_delay(self, suite: Suite) -> int:
+        return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    version: int
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    seeds: list[int]
+    resources: Resources = field(default_factory=Resources)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: str = ""
+    report: ReportSection = field(default_factory=ReportSection)
+    tune: TuneSpec | None = None  # None: the suite has no tune section
+    share_on_policy: bool = False # delay 0, one update per batch: run one trial per seed for all estimators
+    overrides_scope: str = "all"  # `stale`: overrides apply only where the trial is not on-policy (a tuned lr at
+                                  # delay > 0, the base's lr in the shared delay-0 run)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
+    source: str = ""              # the suite file's text (hashed for provenance)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    @property
+    def algorithms(self) -> list[str]:
+        """The suite's estimators: the grid's `algorithm` values, else the base's."""
+        return [str(a) for a in self.grid.get("algorithm", [self.base.get("algorithm", DEFAULT_ESTIMATOR)])]
+
+    def base_config(self) -> RunConfig:
+        """The base as a typed run config with every default filled in (not validated: no torch)."""
+        return from_dict(RunConfig, self.base, "base")
+
+    def text(self) -> str:
+        """The suite file's text: its source, or for a suite built in code its sections as YAML."""
+        if self.source:
+            return self.source
+        data = {"suite": self.name, "version": self.version, "base": self.base, "grid": self.grid, "seeds": self.seeds,
+                **({"overrides": self.overrides} if self.overrides else {}),
+                **({"tune": to_dict(self.tune)} if self.tune is not None else {})}
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def _fail(path: str, msg: str) -> ConfigError:
+    return ConfigError(f"{path}: {msg}")
+
+
+def read_suite_yaml(path: Path) -> Suite:
+    """A suite file as it is (no --set, no overrides file, trials not expanded): results/<suite>/suite.yaml
+    for `status`, the lab and the report. A one-line ConfigError naming the path and key otherwise."""
+    text = read_text_file(Path(path), "suite file")
+    return parse_suite(load_yaml_text(text, str(path)), str(path), text)
+
+
+def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
+    if not isinstance(data, Mapping):
+        raise _fail(where, "a suite file must be a mapping with keys " + ", ".join(SUITE_KEYS))
+    unknown = sorted(set(data) - set(SUITE_KEYS))
+    if unknown:
+        raise _fail(where, f"unknown key {unknown[0]!r}; valid keys: {', '.join(SUITE_KEYS)}")
+    for key in ("suite", "base"):
+        if key not in data:
+            raise _fail(where, f"missing key {key!r}")
+    name = data["suite"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail(where, f"suite: {short(name)} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
+    if len(name) > MAX_NAME_CHARS:
+        raise _fail(where, f"suite: the name is {len(name)} characters, over the limit of {MAX_NAME_CHARS} "
+                           f"({short(name, 40)})")
+    version = data.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _fail(where, f"version: expected an integer; got {version!r}")
+    base = data["base"]
+    if not isinstance(base, Mapping):
+        raise _fail(where, "base: expected a mapping (a full run config)")
+    grid = _grid(data.get("grid") or {}, where)
+    seeds = data.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise _fail(where, f"seeds: expected a non-empty list of integers; got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise _fail(where, f"seeds: duplicate values in {seeds!r}")
+    if isinstance(data.get("resources"), Mapping) and "workers" in data["resources"]:
+        raise _fail(where, "resources.workers: set a trial's workers with train.workers in base or the grid (they "
+                           "change how its rollouts are sampled, so they are part of its config); resources.cpu "
+                           "and gpu are per worker")
+    overrides = data.get("overrides") or {}
+    if not isinstance(overrides, Mapping) or not all(isinstance(v, Mapping) for v in overrides.values()):
+        raise _fail(where, "overrides: expected a mapping of estimator name -> mapping of dotted keys")
+    if not isinstance(data.get("notes", ""), str):
+        raise _fail(where, "notes: expected a string")
+    share = data.get("share_on_policy", False)
+    if not isinstance(share, bool):
+        raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
+    scope = data.get("overrides_scope", "all")
+    if scope not in OVERRIDES_SCOPES:
+        raise _fail(where, f"overrides_scope: expected one of {', '.join(OVERRIDES_SCOPES)}; got {short(scope)}")
+    try:
+        resources = _section(Resources, data.get("resources"), "resources", "{cpu: 1, gpu: 0}")
+        resources.validate("resources")
+        tracking = _section(TrackingConfig, data.get("tracking"), "tracking",
+                            "{wandb: {project: stalebench, mode: offline}}")
+        tracking.validate("tracking")
+        suite = Suite(name, version, dict(base), grid, list(seeds), resources, {k: dict(v) for k, v in overrides.items()},
+                      data.get("notes", ""), share_on_policy=share, overrides_scope=scope, tracking=tracking,
+                      source=source)
+        return Suite(**{**{f.name: getattr(suite, f.name) for f in fields(Suite)},
+                        "report": _report(data.get("report"), suite), "tune": _tune(data.get("tune"), suite)})
+    except ConfigError as exc:
+        raise _fail(where, str(exc)) from None
+
+
+def _grid(grid: Any, where: str) -> dict[str, list[Any]]:
+    if not isinstance(grid, Mapping):
+        raise _fail(where, "grid: expected a mapping of dotted keys to lists of values")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise _fail(where, f"grid.{key}: expected a non-empty list of values; got {values!r}")
+        seen = [yaml.safe_dump(v) for v in values]
+        if len(set(seen)) != len(seen):
+            raise _fail(where, f"grid.{key}: duplicate values in {values!r}")
+        if key == "seed":
+            raise _fail(where, "grid.seed: list seeds under the top-level key 'seeds', not in the grid")
+    return {k: list(v) for k, v in grid.items()}
+
+
+def _section(cls: type, value: Any, key: str, example: str) -> Any:
+    if not isinstance(value if value is not None else {}, Mapping):
+        raise ConfigError(f"{key}: expected a mapping, e.g. {example}")
+    return from_dict(cls, value or {}, key)
+
+
+def _report(value: Any, suite: Suite) -> ReportSection:
+
+    if not isinstance(value if value is not None else {}, Mapping):
+        raise ConfigError("report: expected a mapping, e.g. {baseline: grpo, collapse: {patience: 3}}")
+    value = dict(value or {})
+    valid = [f.name for f in fields(ReportSection)]
+    unknown = sorted(set(value) - set(valid), key=str)
+    if unknown:
+        raise ConfigError(f"report.{str(unknown[0])[:60]}: unknown key; valid keys: {', '.join(sorted(valid))}")
+    collapse = value.get("collapse")
+    if collapse is not None and not isinstance(collapse, Mapping):
+        raise ConfigError(f"report.collapse: expected a mapping of rule settings; got {short(collapse)}")
+    try:
+        rules = CollapseRules.from_mapping(collapse)
+    except ValueError as exc:                  # the rules' own messages name the rule ("collapse.patience ...")
+        raise ConfigError(f"report.{exc}" if str(exc).startswith("collapse.") else f"report.collapse: {exc}") from None
+    baseline = value.get("baseline", DEFAULT_BASELINE)
+    if "baseline" in value and (not isinstance(baseline, str) or baseline not in suite.algorithms):
+        raise ConfigError(f"report.baseline: {short(baseline)} is not an estimator of this suite; choose one "
+                          f"of {', '.join(suite.algorithms)}")
+    return ReportSection(collapse=rules, baseline=baseline)
+
+
+def _tune(value: Any, suite: Suite) -> TuneSpec | None:
+    if not value:
+        return None
+    if isinstance(value, Mapping):
+        for key in ("low", "high"):
+            if key not in value:
+                raise ConfigError(f"tune.{key}: required (the log-uniform search range)")
+    spec = _section(TuneSpec, value, "tune", "{param: train.lr, low: 1e-5, high: 1e-3, trials_per_algorithm: 8}")
+    spec.validate(suite.base_config(), suite.seeds)
+    return spec

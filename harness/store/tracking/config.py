@@ -1,0 +1,52 @@
+"""The `tracking:` section of a suite file: which mirrors a suite's trials write to besides their files.
+
+MLflow is always on (the store is MLFLOW_TRACKING_URI or results/mlflow.db); Weights & Biases is
+optional and off unless `tracking.wandb` is given:
+
+    tracking:
+      wandb: {project: stalebench, mode: offline}     # offline: results/wandb/, upload with `wandb sync`
+
+Tracking is not part of what a trial *is*: it lives beside `base`, so turning a mirror on or off changes
+no trial's config, id or hash.
+
+This module also builds the mirrors from the section (`check_mirrors`, `suite_mirrors`): each mirror's
+config says whether it can work here (`check`), what it is (`describe`) and which target its trials
+write to (`target`), so a new mirror is its sink module and its config class with a field here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from harness.store.tracking.wandb_sink import WandbConfig
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    wandb: WandbConfig | None = None       # also mirror each trial to a W&B run (extra `wandb`)
+
+    def validate(self, key: str) -> None:
+        if self.wandb is not None:
+            self.wandb.validate(f"{key}.wandb")
+
+    def mirrors(self) -> list[tuple[str, Any]]:
+        """(key, config) of each mirror the section turns on, besides MLflow."""
+        return [(f"tracking.{f.name}", getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None]
+
+
+def check_mirrors(cfg: TrackingConfig) -> None:
+    """Stop with one line when a mirror the suite asks for cannot work here (before Ray starts)."""
+    for key, mirror in cfg.mirrors():
+        mirror.check(key)
+
+
+def describe_mirrors(cfg: TrackingConfig) -> str:
+    return " and ".join(["MLflow", *(mirror.describe() for _, mirror in cfg.mirrors())])
+
+
+def suite_mirrors(cfg: TrackingConfig, mlflow: Any, suite_name: str, results_root: Path) -> Any:
+    """Where a suite's trials mirror themselves: their MLflow child runs (`mlflow`, an MlflowTarget) and
+    every mirror the section turns on (W&B: offline runs under <results>/wandb/)."""
+    from harness.store.tracking.sinks import Mirrors
+    return Mirrors((mlflow, *(mirror.target(suite_name, results_root) for _, mirror in cfg.mirrors())))

@@ -1,0 +1,147 @@
+"""`stalebench run --dry-run`: what a run would do — the trials, the axes, and a cost estimate.
+
+The estimate is steps × seconds per step ÷ parallel trials. Seconds per step come from this suite's own
+finished steps when results exist (median `perf/step_s`), else from the measured cost of the tiny base's
+task (benchmarks/README.md), else it is unknown. Tiny bases add their measured evaluation time. For a GPU
+suite (a local model on `resources.gpu` GPUs) the line after is a projection of GPU-hours from arithmetic
+(gpu_projection), not a measurement.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+
+from harness.trial import numerics
+
+from harness.store import trialdir
+from harness.spec.suite import Suite, Trial, expand, select_trials, trial_count
+
+# s per 128-response step and per held-out evaluation inside a suite on the 2-core machine (idle AMD EPYC,
+# 2026-12-02), transformers forward, converted to the native float path (÷ PINNED_FACTOR; benchmarks/README.md).
+# addrev: two v1 quickstart trials (`stalebench run suites/quickstart.yaml --only 'algorithm=grpo,seed=0'`) took a
+# median perf/step_s of 0.171 and 0.166 s side by side, and ~0.54 s per 500-problem evaluation (a trial's wall
+# time less its steps, over its 11 evaluations); one alone, 0.171 s (benchmarks/v2_step_cost.py). cumsum: the v2
+# reference run's 15,360 steps (reports/reference-v2/raw.tar.gz) took a median of 0.397 s with the lean forward
+# (x LEAN_SPEEDUP for the transformers figure), and ~5.55 s per 2,500-problem evaluation. On that machine a
+# trial alone and two side by side ran at the same speed within 4% (v2: 0.458 s alone, 0.440 s side by side over
+# steps 4-15), so parallel trials only divide the total. The first figures came from loaded machines: they
+# carried a 2.3x side-by-side factor and projected the v2 reference at 138 min; it took 72.
+# The lean forward's speed-up over hf, per task: addrev 1.08, the median of four paired lean-vs-hf CPU-time ratios
+# of benchmarks/train_throughput.py (1.04-1.15, loaded machine; 1.07 pinned and 1.09 native on an idle one);
+# cumsum 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load 4.7): its
+# variable-length responses let the lean forward skip padding and drop finished rows. An evaluation's figure does
+# not depend on the forward here (benchmarks/README.md: the two were within noise).
+TINY_STEP_S = {"addrev": 0.112, "cumsum": 0.371}
+TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
+TINY_RESPONSES = 128
+LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
+# The pinned float path (harness/trial/numerics.py) costs 0.280 / 0.183 = 1.53x the native path's CPU s per step
+# (benchmarks/float_paths.py, paired, benchmarks/README.md); the figures above are native-path ones.
+PINNED_FACTOR = 1.53
+# k = train.updates_per_batch updates per batch: a step of v2 (lean, pinned) with k = 2 costs 1.73x the CPU time of
+# one with k = 1 (the batch's proximal log-probs and a second update; benchmarks/v2_step_cost.py --updates 1,2,
+# paired, load 3.5-3.9, 2026-12-02); other k are extrapolated linearly, 1 + 0.73 (k - 1).
+EXTRA_UPDATE = 0.73
+# GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
+# (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
+# bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at
+# max_new_tokens), so the projection is an upper bound on arithmetic and silent on communication and idle time.
+GPU_PEAK_FLOPS, GPU_ASSUMED_MFU, PROMPT_TOKENS_ASSUMED = 989e12, 0.25, 256
+
+
+def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Trial] | None = None) -> str:
+    trials = select_trials(expand(suite) if trials is None else trials, only)
+    suite_dir = Path(results_root) / suite.name
+    done = [t for t in trials if trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
+    lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
+             f"duplicates), {len(done)} already finished"]
+    for key, values in suite.grid.items():
+        lines.append(f"  {key}: {', '.join(map(str, values))}")
+    lines.append(f"  seeds: {', '.join(map(str, suite.seeds))}")
+    shared = [t for t in trials if "stands_for" in t.params]
+    skipped_eps = [t for t in trials if "eps" in t.params.get("ignored", []) and "stands_for" not in t.params]
+    if shared:
+        lines.append(f"  {len(shared)} shared on-policy trials (delay 0) stand for every estimator")
+    if skipped_eps:
+        lines.append(f"  {len(skipped_eps)} trials of estimators that ignore eps run once, not per eps value")
+    for t in trials:
+        lines.append(f"  {'done ' if t in done else 'run  '}{t.trial_id}")
+    steps = sum(t.config.train.steps for t in trials if t not in done)
+    processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
+    parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
+    step_s, source = _step_seconds(suite_dir, trials)
+    todo = [t for t in trials if t not in done]
+    if step_s is None:
+        lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
+    else:
+        evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
+        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
+                  if trials[0].config.model.kind == "tiny" else 0.0)
+        train_min = steps * step_s / parallel / 60
+        lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
+                     f"~ {train_min:.0f} min of training" + (
+                         f" + {evals} evaluations x {eval_s:.1f} s / {parallel} ~ {evals * eval_s / parallel / 60:.0f} min "
+                         f"of evaluation = {train_min + evals * eval_s / parallel / 60:.0f} min" if eval_s else
+                         " (evaluation not included)"))
+    if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
+        lines.append(gpu_projection(todo, suite.resources.gpu))
+    return "\n".join(lines)
+
+
+def model_parameters(path: str) -> tuple[float | None, str]:
+    """N of a local model: from its config.json when present, else from a size in its name ("Qwen3-1.7B")."""
+    import json
+    import re
+    config = Path(path) / "config.json"
+    if config.is_file():
+        c = json.loads(config.read_text())
+        h, layers, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+        return float(layers * (4 * h * h + 3 * h * inter) + vocab * h), "config.json"
+    match = re.search(r"(\d+(?:\.\d+)?)B\b", Path(path).name)
+    return (float(match.group(1)) * 1e9, f"the size in its name {Path(path).name!r}") if match else (None, "")
+
+
+def gpu_projection(trials, gpus_per_trial: float) -> str:
+    """Projected GPU-hours of `trials` (local models on GPUs) from token counts and FLOPs; see the constants."""
+    n, where = model_parameters(trials[0].config.model.path)
+    if n is None:
+        return "gpu: GPU-hours unknown (the model's size is neither in config.json nor in its directory name)"
+    flops = sum(t.config.train.steps * t.config.train.prompts_per_step * t.config.group_size
+                * (PROMPT_TOKENS_ASSUMED + t.config.train.max_new_tokens) * 8 * n for t in trials)
+    hours = flops / (GPU_PEAK_FLOPS * GPU_ASSUMED_MFU) / 3600
+    return (f"gpu: projected <= {hours:,.0f} GPU-hours of arithmetic ({n / 1e9:.2f}B parameters from {where}; 8N FLOPs "
+            f"per token, <= {PROMPT_TOKENS_ASSUMED} prompt + max_new_tokens response tokens, "
+            f"{GPU_ASSUMED_MFU:.0%} of {GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16); {gpus_per_trial:g} GPU(s) per trial "
+            f"-> {hours / gpus_per_trial:,.0f} h of wall time if trials run one at a time")
+
+
+def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
+    measured = [r["perf/step_s"] for t in trials[:50]
+                for r in trialdir.read_metrics(suite_dir / t.trial_id) if "perf/step_s" in r]
+    if measured:
+        return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
+    tasks = {t.config.task.name for t in trials}
+    if all(t.config.model.kind == "tiny" for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
+        task = next(iter(tasks))
+        responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
+        forwards = sorted({t.config.model.forward for t in trials})
+        pinned = _pinned_factor()
+        scale = pinned / TINY_RESPONSES
+        step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
+                                 * t.config.train.prompts_per_step * t.config.group_size
+                                 * (1 + EXTRA_UPDATE * (t.config.train.updates_per_batch - 1)) for t in trials)
+        updates = sorted({t.config.train.updates_per_batch for t in trials})
+        return (step_s, f"the tiny CPU model's {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
+                        f"(transformers forward, native float path, idle 2-core machine)"
+                        + (f" x {1 / LEAN_SPEEDUP[task]:.2f} for the lean forward" if "lean" in forwards else "")
+                        + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
+                        + (f" x 1 + {EXTRA_UPDATE} (k - 1) for k = {', '.join(map(str, updates))} updates per batch"
+                           if updates != [1] else "")
+                        + f", scaled to this suite's {responses:.0f} responses per step")
+    return None, ""
+
+
+def _pinned_factor() -> float:
+    """How much slower than the native path the tiny model's measured figures run on this process's float path."""
+    return PINNED_FACTOR if numerics.rule() == "pinned" else 1.0

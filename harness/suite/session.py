@@ -1,0 +1,72 @@
+"""One suite session: the preflight every driver of a suite shares (`run`, `tune`, `train`), in one order.
+
+    1. the results directory is named (a file there is refused)                  nothing written
+    2. each distinct base checkpoint the trials start from is verified, once       nothing written
+       (the trial kinds say which need one: kinds.py)
+    3. every mirror the suite's `tracking:` asks for can work here                 nothing written
+    4. results whose config changed are refused, or moved aside (on_change)        the first write
+    5. results/<suite>/suite.yaml: the effective suite file (status, reports)
+
+The trials are those the caller expanded once (suite.load_suite_file validated them); the driver then
+starts Ray, MLflow and the trials. Ray-free and torch-free.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.spec.kinds import kind_of
+from harness.spec.schema import Suite
+from harness.spec.suite import Trial
+from harness.store.tracking.config import check_mirrors
+from harness.trial.lifecycle import check_identity
+from harness.store.trialdir import FINAL, SUITE_FILE, read_status, suite_results_dir
+
+
+@dataclass(frozen=True)
+class SuiteSession:
+    suite: Suite
+    trials: list[Trial]
+    suite_dir: Path
+    superseded: list[str]                  # trials whose old results were moved aside and will run again
+
+    @classmethod
+    def open(cls, suite: Suite, trials: list[Trial], results_root: Path, on_change: str | None = "error",
+             mirrored: bool = True) -> SuiteSession:
+        """Steps 1-5 above; `on_change` None skips step 4 (tuning trials are new trials every time);
+        `mirrored` False skips step 3 (`train` runs one trial in-process, into its files only)."""
+        suite_dir = suite_results_dir(results_root, suite.name)
+        verify_bases(trials)
+        if mirrored:
+            check_mirrors(suite.tracking)
+        superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
+        write_suite_file(suite, suite_dir)
+        return cls(suite, trials, suite_dir, superseded)
+
+    def pending(self) -> list[Trial]:
+        """The trials not yet completed or diverged (their status.json; a changed one was moved aside)."""
+        return [t for t in self.trials if read_status(self.suite_dir / t.trial_id).get("status") not in FINAL]
+
+
+def verify_bases(trials: list[Trial]) -> None:
+    """Check each distinct starting checkpoint once, in the driver (a frozen base's files against its
+    manifest): a damaged or replaced base stops the run with one line before any trial starts."""
+    from harness.bases import base_identity
+
+    seen = set()
+    for t in trials:
+        model = t.config.model
+        key = (model.kind, model.base, model.path)
+        if key not in seen and kind_of(t.config).needs_base(t.config):
+            seen.add(key)
+            base_identity(model)
+
+
+def write_suite_file(suite: Suite, suite_dir: Path) -> None:
+    """results/<suite>/suite.yaml: the suite file of the latest run (reports and `status` read it)."""
+    suite_dir.mkdir(parents=True, exist_ok=True)
+    path = suite_dir / SUITE_FILE
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(suite.text())
+    os.replace(tmp, path)

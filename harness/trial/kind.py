@@ -1,0 +1,39 @@
+"""The LLM trainer as a trial kind (harness/spec/kinds.py): the default kind, claiming every config."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from harness.spec.kinds import KINDS
+
+if TYPE_CHECKING:
+    from harness.spec.config import RunConfig
+    from harness.store.trialdir import Outcome
+
+
+@KINDS.register("llm")
+class LlmKind:
+    """A trial of the LLM trainer."""
+    name = "llm"
+    shares_on_policy = True
+
+    @staticmethod
+    def claims(cfg: RunConfig) -> bool:
+        return True
+
+    @staticmethod
+    def validate(cfg: RunConfig) -> None:
+        pass                                   # RunConfig.validate covers every setting it reads
+
+    @staticmethod
+    def needs_base(cfg: RunConfig) -> bool:
+        return True
+
+    @staticmethod
+    def run(cfg: RunConfig, log: Any, start: Callable[..., None], progress: bool = False) -> Outcome:
+        from harness.trial.trainer import train
+        return train(cfg, log, start, progress=progress)
+
+    @staticmethod
+    def after_suite(suite_dir: Path) -> str | None:
+        return None

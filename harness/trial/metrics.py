@@ -1,0 +1,119 @@
+"""The per-step metrics of a batch and an update (names and meanings in docs/metrics.md): the rollout's,
+the policy's against the behavior policy, and several micro-batches' or updates' rows combined as one.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from harness.store.trialdir import HIST_BINS, HIST_HIGH, HIST_LOW      # is_hist.jsonl's log ρ bins
+
+
+def policy_metrics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+    """Estimator-independent diagnostics of π_θ against π_b on the batch."""
+    lam = (logp - logp_behavior) * mask                                   # (B, T)
+    traj = lam.sum(1)                                                     # Λ_i
+    ess = torch.exp(2 * torch.logsumexp(traj, 0) - torch.logsumexp(2 * traj, 0)) / traj.numel()
+    m = mask.float()
+    return {"policy/entropy": float((entropy * m).sum() / m.sum()),
+            "policy/kl_behavior": float(((torch.exp(lam) - 1 - lam) * m).sum() / m.sum()),
+            "is/ratio_mean": float((torch.exp(lam.clamp(max=80)) * m).sum() / m.sum()),
+            "is/ratio_max": float(torch.exp(lam.masked_fill(~mask, -torch.inf).max().clamp(max=80))),
+            "is/ess_frac": float(ess)}
+
+
+QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)            # of log ρ: is/log_ratio_q01 ... is/log_ratio_q99
+
+
+def importance_diagnostics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor,
+                           adv: torch.Tensor, group_ids: torch.Tensor, eps: float
+                           ) -> tuple[dict[str, float], dict[str, list[int]]]:
+    """Per-token importance diagnostics of an update, estimator-independent (docs/metrics.md): the scalar
+    metrics, and the histogram row of is_hist.jsonl (counts of log ρ; clipped and all tokens by position).
+
+    "Clipped" is where the PPO clip at ε stops a token's gradient: A > 0 and ρ > 1 + ε, or A < 0 and
+    ρ < 1 − ε (what grpo's loss does; other estimators clip, mask or weight those tokens their own way)."""
+    lam = (logp - logp_behavior).detach()                                  # (B, T) log ρ
+    m = mask.bool()
+    a = adv[:, None].expand_as(lam)
+    clipped = m & (((a > 0) & (lam > math.log1p(eps))) | ((a < 0) & (lam < math.log1p(-min(eps, 1 - 1e-6)))))
+    values = lam[m].float()
+    q = torch.quantile(values, torch.tensor(QUANTILES, dtype=values.dtype, device=values.device)).tolist()
+    out = {f"is/log_ratio_q{round(p * 100):02d}": v for p, v in zip(QUANTILES, q)}
+    for sign, side in (("pos", a > 0), ("neg", a < 0)):
+        n = (m & side).sum()
+        out[f"is/adv_{sign}_clipped_frac"] = float((clipped & side).sum() / n) if n else 0.0
+    if clipped.any():                                   # absent when no token is clipped (combine_metrics)
+        out["is/clipped_entropy"] = float(entropy[clipped].mean())
+    traj = (lam * m).sum(1).view(-1, len(group_ids) // len(torch.unique(group_ids)))    # (P, G) Λ by group
+    ess = torch.exp(2 * torch.logsumexp(traj, 1) - torch.logsumexp(2 * traj, 1)) / traj.shape[1]
+    out["is/group_ess_mean"], out["is/group_ess_min"] = float(ess.mean()), float(ess.min())
+    edges = torch.linspace(HIST_LOW, HIST_HIGH, HIST_BINS + 1, dtype=values.dtype, device=values.device)
+    bins = torch.bucketize(values, edges, right=True)          # 0: below −4; j: [edges[j−1], edges[j]); BINS+1: >= 4
+    hist = {"log_ratio_counts": torch.bincount(bins, minlength=HIST_BINS + 2).tolist(),
+            "clipped_by_position": clipped.sum(0).tolist(), "tokens_by_position": m.sum(0).tolist()}
+    return out, hist
+
+
+def add_histograms(a: dict[str, list[int]] | None, b: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Two histogram rows as one (several updates of a batch): counts added, position lists padded."""
+    if a is None:
+        return b
+    def add(x: list[int], y: list[int]) -> list[int]:
+        n = max(len(x), len(y))
+        return [(x[i] if i < len(x) else 0) + (y[i] if i < len(y) else 0) for i in range(n)]
+    return {k: add(a[k], b[k]) for k in b}
+
+
+def rollout_metrics(batch: Any, version: int) -> dict[str, float]:
+    """The consumed batch's rewards, lengths, staleness at policy `version` and generation speed
+    (`batch`: a trainer.Batch)."""
+    r = batch.rollout
+    staleness = (version - r.version).float()
+    rewards = batch.rewards.view(-1, len(batch.rewards) // len(batch.problems))
+    return {"train/reward_mean": float(batch.rewards.mean()),
+            "rollout/len_mean": float(r.response_mask.sum(1).float().mean()),
+            "rollout/zero_adv_frac": float((rewards.max(1).values == rewards.min(1).values).float().mean()),
+            "stale/mean": float(staleness.mean()), "stale/max": float(staleness.max()),
+            "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9),
+            **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap}),
+            **({} if r.logp_rollout is None else mismatch_metrics(r.logp_behavior, r.logp_rollout, r.response_mask))}
+
+
+def mismatch_metrics(logp_behavior: torch.Tensor, logp_rollout: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The engine's log-probs against the trainer's on the same tokens (sampled by the engine):
+    δ = log π_b − log π_rollout per token."""
+    delta = (logp_behavior - logp_rollout)[mask]
+    return {"mismatch/log_ratio_mean": float(delta.mean()),
+            "mismatch/log_ratio_absmax": float(delta.abs().max()),
+            "mismatch/kl": float((torch.exp(delta) - 1 - delta).mean())}     # k3 estimate of KL(π_rollout ‖ π_b)
+
+
+_MAX, _MIN = ("_max", "/max"), ("_min", "/min")
+_EXTREMES = _MAX + _MIN
+
+
+def combine_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Metrics of several micro-batches or updates as one row: `…_max`/`…/max` keys take the max,
+    `…_min`/`…/min` the min, every other key the mean weighted by each part's share (over the parts that
+    have the key, when some lack it: e.g. is/clipped_entropy of updates without a clipped token)."""
+    out: dict[str, float] = {}
+    shares: dict[str, tuple[int, float]] = {}
+    for share, metrics in parts:
+        for key, value in metrics.items():
+            seen, total = shares.get(key, (0, 0.0))
+            shares[key] = (seen + 1, total + share)
+            if key not in out:
+                out[key] = value if key.endswith(_EXTREMES) else share * value
+            elif key.endswith(_MAX):
+                out[key] = max(out[key], value)
+            elif key.endswith(_MIN):
+                out[key] = min(out[key], value)
+            else:
+                out[key] += share * value
+    for key, (seen, total) in shares.items():
+        if seen < len(parts) and not key.endswith(_EXTREMES) and total > 0:
+            out[key] /= total
+    return out

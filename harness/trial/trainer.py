@@ -1,0 +1,380 @@
+"""One training run: rollout → reward → group advantages → estimator → AdamW update, with an exact delay.
+
+Reads like CleanRL's loop: `train()` at the bottom is the whole run; `Trainer.update` is one optimizer
+update and fits on a screen. Everything the run does is set by its RunConfig. Metrics (names in
+docs/metrics.md) go to the trial's RunLog, one row per consumed batch.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context, uses_batch_statistics
+
+from harness.trial.backends import make_backend
+from harness.spec.config import RunConfig, to_dict
+from harness.trial.staleness import AsyncProducer, Batch, DelayBuffer, MixedDelayBuffer, exact_source, mixed_rollout
+from harness.trial.metrics import add_histograms, combine_metrics, importance_diagnostics, policy_metrics, rollout_metrics
+from harness.bases.models import base_identity, check_eval_set, load_model, problems_sha256
+from harness.rollout import ResponseLogits, make_engine, response_logits
+from harness.rollout.base import Rollout
+from harness.rollout.hf import response_logits as hf_response_logits
+from harness.rollout.mismatch import MismatchEngine
+from harness.tasks import Problem, task_from_config
+from harness.store.tracking import RunLog
+from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
+                       truncate_side_rows)
+from harness.trial.world import world_for
+
+
+class Diverged(Exception):
+    """The loss or the gradient became NaN/inf: the run stops and is recorded as diverged."""
+
+
+def batch_seed(seed: int, index: int) -> int:
+    return (seed * 1_000_003 + index) % (2**63 - 1)
+
+
+def shard_seed(seed: int, index: int, shard: int) -> int:
+    """The sampling seed of shard `shard` of batch `index` with several workers (shard 0 keeps the batch's)."""
+    return (batch_seed(seed, index) + shard * 0x9E3779B97F4A7C15) % (2**63 - 1)
+
+
+def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1,
+               forward: ResponseLogits = hf_response_logits) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`,
+    from the logits of `forward` (the config's model.forward: rollout.response_logits).
+
+    When the rows hold whole groups (responses of one prompt are `group_size` consecutive rows), each
+    prompt is run once and its KV cache repeated over the group, which roughly halves the cost of the
+    update on short responses; values agree with a full forward to float rounding (tests check 1e-5).
+    """
+    logits = forward(model, r, rows, group_size)                                          # (b, T, V)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)                    # (b, T, V)
+    logp = logprobs.gather(2, r.response_ids[rows].unsqueeze(2)).squeeze(2)
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return logp, entropy
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        path, self.base = base_identity(cfg.model)
+        self.device = torch.device("cuda" if torch.cuda.is_available() and cfg.model.device != "cpu" else "cpu")
+        self.model, self.tokenizer = load_model(path, cfg.model.dtype)
+        self.model.to(self.device).train()
+        self.ref_model = load_model(path, cfg.model.dtype)[0].to(self.device).eval() if cfg.train.kl_beta > 0 else None
+        self.task = task_from_config(cfg.task.name, cfg.task.eval_size, cfg.task.data_dir)
+        tc = cfg.train
+        self.train_problems = self.task.problems("train", tc.steps * tc.prompts_per_step if cfg.task.train_size is None
+                                                 else cfg.task.train_size, cfg.seed)
+        self.eval_problems = self.task.problems("eval", cfg.eval.size or cfg.task.eval_size, 0)
+        self.eval_set_sha256 = problems_sha256(self.eval_problems)
+        if cfg.model.kind == "tiny":
+            check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
+        B = tc.prompts_per_step * cfg.group_size
+        self.world = world_for(tc.workers)        # this process and its rows of each step (world.py)
+        own = self.world.rows(B)
+        micro_batches = -(-(own.stop - own.start) // (tc.micro_batch_size or B))      # per step, on this process
+        self.backend = make_backend(self.model, cfg, micro_batches=micro_batches, world=self.world)
+        self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
+                                  gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed,
+                                  forward=cfg.model.forward)
+        self.forward = response_logits(cfg.model.forward)          # the trainer's logits (model.forward)
+        # training rollouts: the engine, or a copy of it whose log-probs differ from the trainer's (evaluation: the engine)
+        self.sampler = self.engine if cfg.mismatch is None else MismatchEngine(self.tokenizer, seed=cfg.seed,
+                                                                                 **to_dict(cfg.mismatch))
+        self.version = 0          # optimizer updates applied so far
+        self.histogram: dict[str, list[int]] | None = None   # the current batch's log ρ histograms (is_hist.jsonl)
+        self.batches_done = 0
+        self.kept: dict[str, Any] | None = None   # the kept policy (train.save): its step and eval/acc
+        self.source: DelayBuffer | MixedDelayBuffer | AsyncProducer = exact_source(
+            cfg.delay, self.model, cfg.seed, tc.updates_per_batch, tc.steps, tc.prompts_per_step, cfg.group_size,
+            self.make_batch, self.make_mixed_batch)
+
+    def start_async(self) -> None:
+        """Replace the exact delay buffer by a concurrent producer (config `async`), from the current state."""
+        tc = self.cfg.train
+        self.source = AsyncProducer(self.model, self.cfg.async_.max_staleness, tc.updates_per_batch, tc.steps,
+                                    self.make_batch,
+                                    start_batch=self.batches_done, start_version=self.version)
+
+    # -- rollouts ----------------------------------------------------------------------------
+    def make_batch(self, index: int, model: torch.nn.Module | None = None, version: int | None = None) -> Batch:
+        """Batch `index`: its prompts (fixed by seed and index) sampled G times by the current policy
+        (or by `model` as `version`: the asynchronous producer's copy). With N workers the P prompts are
+        N shards of whole groups, shard s sampled with its own seed by the process holding it (world.py)."""
+        cfg, P, n = self.cfg, self.cfg.train.prompts_per_step, self.cfg.train.workers
+        problems = self._problems(index)
+        model, version = (self.model, self.version) if model is None else (model, version)
+        if n == 1:
+            return self._sample(index, problems, batch_seed(cfg.seed, index), model, version)
+        start, per = time.perf_counter(), P // n
+        own = [_on_cpu(self._sample(index, problems[s * per:(s + 1) * per], shard_seed(cfg.seed, index, s), model,
+                                    version)) for s in self.world.shards(n)]
+        gathered = self.world.gather((own, time.perf_counter() - start))        # [(shards, seconds)] by rank
+        shards = [b for bs, _ in gathered for b in bs]
+        r = Rollout.concat([b.rollout for b in shards], self.tokenizer.pad_token_id)
+        r.seconds = max(seconds for _, seconds in gathered)                      # the slowest process
+        gaps = [b.engine_gap for b in shards if b.engine_gap is not None]
+        return Batch(index, problems, r.to(self.device), torch.cat([b.rewards for b in shards]).to(self.device),
+                     torch.arange(P).repeat_interleave(cfg.group_size).to(self.device), max(gaps) if gaps else None)
+
+    def _problems(self, index: int) -> list[Problem]:
+        P = self.cfg.train.prompts_per_step
+        return [self.train_problems[(index * P + j) % len(self.train_problems)] for j in range(P)]
+
+    def make_mixed_batch(self, index: int, versions: list[int], model_at: Callable[[int], torch.nn.Module]) -> Batch:
+        """Batch `index` with response i generated by policy version versions[i] (`model_at(v)`: that policy).
+        One version: exactly make_batch's sampling; several: delay.mixed_rollout (n = 1 per row)."""
+        G, problems, seed = self.cfg.group_size, self._problems(index), batch_seed(self.cfg.seed, index)
+        if len(set(versions)) == 1:
+            return self._sample(index, problems, seed, model_at(versions[0]), versions[0])
+        r, gap = mixed_rollout(versions, lambda rows, v: self._generate([problems[i // G].prompt for i in rows], 1,
+                                                                        shard_seed(seed, v, 1), model_at(v), v),
+                               self.tokenizer.pad_token_id)
+        return self._score(index, problems, r, gap)
+
+    def _sample(self, index: int, problems: list[Problem], seed: int, model: torch.nn.Module, version: int) -> Batch:
+        """`problems` sampled G times each with `seed`, scored: one batch (or one shard of it)."""
+        r, gap = self._generate([p.prompt for p in problems], self.cfg.group_size, seed, model, version)
+        return self._score(index, problems, r, gap)
+
+    def _generate(self, prompts: list[str], n: int, seed: int, model: torch.nn.Module, version: int
+                  ) -> tuple[Rollout, float | None]:
+        """`prompts` sampled n times each by `model` as `version`, and the engine's log-prob gap (or None)."""
+        cfg = self.cfg
+        with self.sampler.pinned(model, version) as engine:
+            r = engine.generate(prompts, n=n, temperature=cfg.train.temperature,
+                                max_new_tokens=cfg.train.max_new_tokens, seed=seed)
+        gap = None
+        if not engine.shares_weights:
+            # An engine with its own copy of the weights (vLLM) generated with `model`'s: measure the gap between
+            # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
+            r = r.to(self.device)
+            with torch.no_grad():
+                recomputed = token_logp(model, r, slice(None), cfg.train.temperature, n, self.forward)[0]
+            gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
+            if cfg.model.behavior_logp == "recompute":
+                r.logp_behavior = recomputed * r.response_mask
+        return r, gap
+
+    def _score(self, index: int, problems: list[Problem], r: Rollout, gap: float | None) -> Batch:
+        cfg = self.cfg
+        rewards = torch.tensor([self.task.reward(text, problems[i // cfg.group_size]) for i, text in enumerate(r.texts)])
+        group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
+        return Batch(index, problems, r.to(self.device), rewards.to(self.device), group_ids.to(self.device), gap)
+
+    # -- one optimizer update ----------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, float]:
+        cfg, tc = self.cfg, self.cfg.train
+        r = batch.rollout
+        B = r.response_ids.shape[0]
+        adv = group_advantages(batch.rewards, batch.group_ids, tc.advantage)                 # (B,)
+        mask = r.response_mask
+        micro = tc.micro_batch_size or B
+        own = self.world.rows(B)              # the rows this process trains on (all B in one process)
+        prox = batch.logp_proximal            # None with one update per batch: π_prox is π_θ (detached)
+        context = None
+        if micro < B or (own.stop - own.start < B and uses_batch_statistics(cfg.algorithm)):
+            # batch statistics once over the whole step batch
+            context = prepare_context(cfg.algorithm, LossInputs(self.logp_now(r), r.logp_behavior, adv, mask,
+                                                                batch.group_ids, prox, r.logp_rollout),
+                                      eps=cfg.eps, **cfg.params)
+        self.backend.zero_grad()
+        totals = {"total_tokens": float(mask.sum()), "total_seqs": float(B)}
+        loss_sum, parts, logps, entropies = 0.0, [], [], []
+        for i in range(own.start, own.stop, micro):
+            rows = slice(i, min(i + micro, own.stop))
+            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size, self.forward)
+            if self.world.any(not torch.isfinite(logp.detach()[mask[rows]]).all()):
+                raise Diverged("policy log-probs are NaN/inf")
+            inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
+                             None if prox is None else prox[rows],
+                             None if r.logp_rollout is None else r.logp_rollout[rows])
+            out = compute_loss(cfg.algorithm, inp, eps=cfg.eps, aggregation=tc.aggregation, max_tokens=tc.max_new_tokens,
+                               context=None if context is None else context.rows(rows), **totals, **cfg.params)
+            loss = out.loss + self._kl_penalty(r, rows, logp, totals)
+            if self.world.any(not torch.isfinite(loss)):
+                raise Diverged("loss is NaN/inf")
+            self.backend.backward(loss)
+            loss_sum += float(loss.detach())
+            parts.append(((rows.stop - i) / B, out.metrics))
+            logps.append(logp.detach())
+            entropies.append(entropy)
+        grad_norm = self.backend.step()           # of the whole step's gradient (all-reduced across processes)
+        if self.world.any(not torch.isfinite(grad_norm)):
+            raise Diverged("gradient norm is NaN/inf")
+        logp, entropy = self.world.cat(torch.cat(logps)), self.world.cat(torch.cat(entropies))   # (B, T)
+        parts = [part for rank_parts in self.world.gather(parts) for part in rank_parts]
+        diagnostics, histogram = importance_diagnostics(logp, r.logp_behavior, mask, entropy, adv, batch.group_ids, cfg.eps)
+        self.histogram = add_histograms(self.histogram, histogram)         # this batch's is_hist.jsonl row
+        return {"loss/value": self.world.sum(loss_sum), "opt/grad_norm": float(grad_norm),
+                **combine_metrics(parts), **policy_metrics(logp, r.logp_behavior, mask, entropy), **diagnostics}
+
+    @torch.no_grad()
+    def logp_now(self, r: Rollout) -> torch.Tensor:
+        """log π of the batch's tokens under the current parameters, (B, T), without grad (each process
+        computes its rows)."""
+        micro, B = self.cfg.train.micro_batch_size or r.response_ids.shape[0], r.response_ids.shape[0]
+        own = self.world.rows(B)
+        return self.world.cat(torch.cat([token_logp(self.backend.model, r, slice(i, min(i + micro, own.stop)),
+                                                    self.cfg.train.temperature, self.cfg.group_size, self.forward)[0]
+                                         for i in range(own.start, own.stop, micro)]))
+
+    def _kl_penalty(self, r: Rollout, rows: slice, logp: torch.Tensor, totals: dict[str, float]) -> torch.Tensor:
+        """β · KL(π_θ ‖ π_ref) per token with the k3 estimator, aggregated like the policy loss."""
+        if self.ref_model is None:
+            return torch.zeros(())
+        with torch.no_grad():
+            ref = token_logp(self.ref_model, r, rows, self.cfg.train.temperature, self.cfg.group_size, self.forward)[0]
+        kl = torch.exp(ref - logp) - (ref - logp) - 1
+        return self.cfg.train.kl_beta * aggregate(kl, r.response_mask[rows], self.cfg.train.aggregation,
+                                                  max_tokens=self.cfg.train.max_new_tokens, **totals)
+
+    # -- evaluation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        with self.engine.pinned(self.model, self.version) as engine:     # the producer may share the engine
+            return self._evaluate(engine)
+
+    def _evaluate(self, engine) -> dict[str, float]:
+        problems = self.eval_problems
+        out = engine.generate([p.prompt for p in problems], n=1, temperature=0.0,
+                              max_new_tokens=self.cfg.train.max_new_tokens, seed=0)
+        rewards = [self.task.reward(t, p) for t, p in zip(out.texts, problems)]
+        row = {"eval/acc": sum(r >= 1.0 for r in rewards) / len(rewards), "eval/n": len(rewards),
+               "eval/reward_mean": sum(rewards) / len(rewards),
+               "eval/len_mean": float(out.response_mask.sum(1).float().mean())}
+        k = self.cfg.eval.pass_k
+        if k:
+            sampled = engine.generate([p.prompt for p in problems], n=k, temperature=1.0,
+                                      max_new_tokens=self.cfg.train.max_new_tokens, seed=1)
+            hits = torch.tensor([self.task.reward(t, problems[i // k]) >= 1.0 for i, t in enumerate(sampled.texts)])
+            row[f"eval/pass_at_{k}"] = float(hits.view(len(problems), k).any(1).float().mean())
+        return row
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def save(self, path: Path, identity: dict[str, str]) -> None:
+        self.backend.save(path, {"source": self.source.state_dict(), "version": self.version,
+                                 "batches_done": self.batches_done, "identity": identity, "kept": self.kept})
+
+    def load(self, path: Path, identity: dict[str, str]) -> None:
+        """Resume from `path`, refusing a checkpoint of another trial or of another config."""
+        state = self.backend.load(path)
+        if state.get("identity") != identity:
+            found = state.get("identity") or {}
+            raise TrialDirError(f"{path}: checkpoint of trial {found.get('trial_id')!r} with config "
+                                f"{str(found.get('config_sha256'))[:12]}, not of this trial {identity['trial_id']!r} "
+                                f"with config {identity['config_sha256'][:12]}; delete it to restart the trial, or "
+                                f"rerun with --rerun-changed/--force")
+        self.source.load_state_dict(state["source"])
+        self.version, self.batches_done, self.kept = state["version"], state["batches_done"], state.get("kept")
+
+    def keep(self, policy_dir: Path, step: int, eval_row: dict[str, float]) -> None:
+        """Save the policy (train.save) as a loadable transformers model directory, atomically."""
+        save = self.cfg.train.save
+        acc = eval_row.get("eval/acc", float("nan"))
+        if save == "none" or (save == "final" and step < self.cfg.train.steps) or (
+                save == "best" and self.kept is not None and not acc > self.kept["eval_acc"]):
+            return
+        tmp = policy_dir.with_name(policy_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.backend.module.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        shutil.rmtree(policy_dir, ignore_errors=True)
+        os.replace(tmp, policy_dir)
+        self.kept = {"path": policy_dir.name, "kind": save, "step": step, "eval_acc": acc}
+
+
+def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: bool = False) -> Outcome:
+    """Run (or resume from its checkpoint) one trial. `start(resume_step, base, eval_set_sha256)` writes
+    the trial's start records (trial.run_trial's lifecycle)."""
+    torch.set_num_threads(cfg.train.threads)
+    trainer = Trainer(cfg)
+    ckpt = log.dir / CHECKPOINT
+    identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
+    if ckpt.exists():
+        trainer.load(ckpt, identity)
+    truncate_side_rows(log.dir, trainer.batches_done)
+    start(trainer.batches_done, trainer.base, trainer.eval_set_sha256)
+    if trainer.batches_done == 0:
+        _evaluate(trainer, log, 0)
+    if cfg.async_ is not None:
+        trainer.start_async()
+    try:
+        outcome = _loop(trainer, log, ckpt, identity, progress)
+    finally:
+        trainer.source.close()
+    if outcome.status == "completed" and trainer.world.is_main:
+        trainer.backend.remove_checkpoint(ckpt)
+    return replace(outcome, extra={"policy": trainer.kept}) if trainer.kept else outcome
+
+
+def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], progress: bool) -> Outcome:
+    cfg = trainer.cfg
+    steps, k = cfg.train.steps, cfg.train.updates_per_batch
+    bar = _progress(steps, trainer.batches_done, progress and trainer.world.is_main)
+    for s in range(trainer.batches_done, steps):
+        start = time.perf_counter()
+        rows = []
+        try:
+            for j in range(k):
+                trainer.source.ready(trainer.version)
+                if j == 0:
+                    batch = trainer.source.take(s)
+                    if trainer.source.records_versions and trainer.world.is_main:
+                        log.side(TRACE, s + 1, {"versions": batch.rollout.version.tolist()})
+                    if k > 1:
+                        batch.logp_proximal = trainer.logp_now(batch.rollout)
+                row = rollout_metrics(batch, trainer.version)
+                row.update(trainer.update(batch))
+                trainer.version += 1
+                rows.append(row)
+        except Diverged as exc:
+            log.metrics(s + 1, {"loss/value": float("nan"), **rollout_metrics(batch, trainer.version)})
+            return Outcome("diverged", s + 1, error=str(exc), diverged_step=s + 1)
+        row = combine_metrics([(1 / k, r) for r in rows])
+        if trainer.world.is_main:
+            log.side(IS_HIST, s + 1, trainer.histogram)
+        trainer.histogram = None
+        row["perf/step_s"] = time.perf_counter() - start
+        trainer.batches_done = s + 1
+        log.metrics(s + 1, row)
+        if (s + 1) % cfg.eval.every_steps == 0 or s + 1 == steps:
+            _evaluate(trainer, log, s + 1)
+        if cfg.train.checkpoint_every and (s + 1) % cfg.train.checkpoint_every == 0 and s + 1 < steps:
+            trainer.save(ckpt, identity)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['train/reward_mean']:.2f}", stale=int(row["stale/max"]))
+    if bar is not None:
+        bar.close()
+    return Outcome("completed", steps)
+
+
+def _evaluate(trainer: Trainer, log: RunLog, step: int) -> None:
+    """The main process evaluates, logs and keeps the policy (every process holds the same weights)."""
+    if trainer.world.is_main:
+        row = trainer.evaluate()
+        log.eval(step, row)
+        trainer.keep(policy_dir(log.dir), step, row)
+
+
+def _on_cpu(b: Batch) -> Batch:
+    return Batch(b.index, b.problems, b.rollout.to(torch.device("cpu")), b.rewards.cpu(), b.group_ids.cpu(), b.engine_gap)
+
+
+def _progress(total: int, initial: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, desc="train", unit="step")
