@@ -8,12 +8,12 @@ Imports only torch and the standard library (a test checks it).
 from .common import (AGGREGATIONS, ADVANTAGE_MODES, BatchContext, LossInputs, LossOutput, aggregate,
                      group_advantages)
 from .registry import (CORRECTIONS, POLICIES, TRUST_REGIONS, UNSPECIFIED, check_params, compute_loss,
-                       describe, estimator_defaults, estimator_family, estimator_source, load_plugins, loss_names,
+                       describe, estimator_defaults, load_plugins, loss_names,
                        prepare_context, register, uses_batch_statistics, uses_eps)
 from . import (bapo, cispo, decoupled, dppo, geo_mean, gmc_grpo, grpo, gspo, icepop, is_none, m2po, m2po_mask,  # noqa: F401
                mis, mis_seq, naive, opsm, sapo, tic_grpo, tic_is, tis, tis_seq, topr)
 
 __all__ = ["AGGREGATIONS", "ADVANTAGE_MODES", "BatchContext", "CORRECTIONS", "LossInputs", "LossOutput", "POLICIES",
            "TRUST_REGIONS", "UNSPECIFIED", "aggregate", "check_params", "compute_loss", "describe", "estimator_defaults",
-           "estimator_family", "estimator_source", "group_advantages", "loss_names", "prepare_context", "register",
+           "group_advantages", "loss_names", "prepare_context", "register",
            "uses_batch_statistics", "uses_eps"]

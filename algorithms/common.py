@@ -137,10 +137,6 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1)
 
 
-def masked_max(x: Tensor, mask: Tensor) -> Tensor:
-    return torch.where(mask, x, torch.full_like(x, -torch.inf)).max()
-
-
 # ----------------------------------------------------------------------------------------------
 # Groups
 # ----------------------------------------------------------------------------------------------

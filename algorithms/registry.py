@@ -153,17 +153,6 @@ def estimator_defaults(name: str) -> dict[str, object]:
     return dict(get_estimator(name).defaults)
 
 
-def estimator_family(name: str) -> dict[str, str]:
-    """{"trust_region", "correction", "reads"} of estimator `name`, plain strings ("unspecified" for a plugin
-    that did not declare them): what a trial records in its params so that reports need not import us."""
-    return get_estimator(name).family
-
-
-def estimator_source(name: str) -> str:
-    """Where estimator `name`'s formula comes from, as its registry entry states it."""
-    return get_estimator(name).source
-
-
 def describe(name: str) -> dict[str, object]:
     """Everything the registry knows about estimator `name`, as plain data (the `stalebench estimators` listing):
     name, family axes, whether ε is used, batch statistics, source and the own parameters' defaults."""

@@ -27,6 +27,7 @@ def main() -> None:
     cfg = build_run_config({"train": {"steps": args.steps, "lr": args.lr, "checkpoint_every": 0},
                             "eval": {"every_steps": args.every}, "seed": args.seed})
     trainer = Trainer(cfg)
+    trainer.start_source()
     base = trainer.evaluate()["eval/acc"]
     print(f"base greedy accuracy {base:.3f}; steps {args.steps}, lr {args.lr}, seed {args.seed}, 1 thread")
     print("| step | wall s | eval/acc | gain (points) |\n|---:|---:|---:|---:|")

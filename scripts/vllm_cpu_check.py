@@ -68,7 +68,7 @@ def engine_phases(model_dir: str) -> dict:
     model, tok = load_model(model_dir)
     model.to(device)
     start = time.perf_counter()
-    engine = make_engine("vllm", model, tok, Path(model_dir), dtype="float32", seed=0)
+    engine = make_engine("vllm", model, tok, Path(model_dir), seed=0)
     ready_s = time.perf_counter() - start
     batch = prompts(PROMPTS)
 
@@ -131,7 +131,7 @@ def engine_phases(model_dir: str) -> dict:
 def train_phase(model_dir: str, asynchronous: bool) -> dict:
     from harness.spec.config import build_run_config
     from harness.store.tracking import RunLog
-    from harness.trial.trainer import train
+    from harness.trial.trainer import TrainerRun
     from harness.store.trialdir import read_jsonl
 
     steps = 6
@@ -144,7 +144,7 @@ def train_phase(model_dir: str, asynchronous: bool) -> dict:
     base.update({"async": {"max_staleness": 1}} if asynchronous else {"delay": 2})
     root = Path(tempfile.mkdtemp(prefix="stalebench-vllm-"))
     start = time.perf_counter()
-    status = train(build_run_config(base), RunLog(root / "trial"), lambda *args: None).status
+    status = TrainerRun(build_run_config(base), RunLog(root / "trial")).run().status
     rows = read_jsonl(root / "trial" / "metrics.jsonl")
     evals = read_jsonl(root / "trial" / "eval.jsonl")
     gap_max = max(r["is/engine_gap_max"] for r in rows)

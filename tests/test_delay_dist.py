@@ -106,6 +106,7 @@ def test_each_response_comes_from_its_drawn_version(learning_base):
     law_ = {"dist": "uniform", "min": 0, "max": 3}
     cfg = build_run_config(learning_base, {"delay": law_})
     t = Trainer(cfg)
+    t.start_source()
     B, lags = 16, DelayDistribution(**law_).lags(0, 4, 4, 4)
     for v in range(5):                                 # versions 0..4 with real updates in between
         t.source.ready(v)
@@ -118,7 +119,7 @@ def test_each_response_comes_from_its_drawn_version(learning_base):
     assert len(set(lags)) > 1                          # the batch mixes versions
     # a response of version v is what that snapshot generates: of the kept versions, v's log-probs are the
     # ones its recorded behavior log-probs match (to float32 rounding of a cached vs a full forward)
-    from harness.trial.trainer import token_logp
+    from harness.rollout import token_logp
     for v in set(batch.rollout.version.tolist()):
         sub = batch.rollout.take((batch.rollout.version == v).nonzero().squeeze(1).tolist())
         err = {u: float((token_logp(t.source.model_at(u), sub, slice(None), 1.0)[0].detach()

@@ -1,4 +1,4 @@
-"""run_lab_trial: rows, delay semantics, determinism; LabConfig validation; the lab suite file."""
+"""LabRun: rows, delay semantics, determinism; LabConfig validation; the lab suite file."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.spec.config import ConfigError, build_run_config
-from harness.lab.dynamics import run_lab_trial
+from harness.lab.dynamics import LabRun
 from harness.store.tracking import RunLog
 from harness.store.trialdir import read_jsonl
 
@@ -28,7 +28,7 @@ def tiny(**over) -> dict:
 
 def run(tmp_path: Path, name: str, base: dict) -> tuple[str, list[dict], list[dict]]:
     log = RunLog(tmp_path / name)
-    status = run_lab_trial(build_run_config(base), log, lambda: None).status
+    status = LabRun(build_run_config(base), log).run().status
     return status, read_jsonl(log.dir / "metrics.jsonl"), read_jsonl(log.dir / "eval.jsonl")
 
 

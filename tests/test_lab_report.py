@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.spec.config import build_run_config
-from harness.lab.dynamics import run_lab_trial
+from harness.lab.dynamics import LabRun
 from harness.lab.report import lab_sections
 from harness.lab.results import fit_power, read_trials
 from harness.store.tracking import RunLog
@@ -83,7 +83,7 @@ def lab_results(tmp_path_factory) -> Path:
                 params = {"algorithm": algo, "delay": delay, "seed": seed}
                 log = RunLog(root / f"{algo}-d{delay}-s{seed}")
                 log.start({}, params, {"config_sha256": "x"})
-                outcome = run_lab_trial(build_run_config(base, params), log, lambda: None)
+                outcome = LabRun(build_run_config(base, params), log).run()
                 log.status(outcome.status, step=outcome.step)
     return root
 

@@ -13,7 +13,8 @@ from harness.rollout.hf import HFEngine
 from harness.rollout.lean import LeanEngine, LeanError, LeanQwen3
 from harness.tasks import make_task
 from harness.tasks.synthetic import ADDREV_VOCAB
-from harness.trial.trainer import Trainer, token_logp
+from harness.rollout import token_logp
+from harness.trial.trainer import Trainer
 
 LEAN = response_logits("lean")
 PROMPTS = ["1+2=", "123+456=", "9=", "45+6="]          # different lengths: left padding and positions

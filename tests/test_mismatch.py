@@ -10,7 +10,7 @@ import torch
 from harness.spec.config import ConfigError, build_run_config
 from harness.bases.models import load_model
 from harness.rollout.mismatch import MismatchEngine, perturbed_copy, truncate_logits
-from harness.trial.trainer import token_logp
+from harness.rollout import token_logp
 
 from test_trainer import run, strip_perf
 

@@ -277,7 +277,7 @@ def test_a_lab_report_only_reads(tmp_path):
     """An estimator-lab suite's report (its trials and the sweeps `stalebench run` stored) is rendered
     without torch or the lab's computing modules, with the lab section in the page's own templates."""
     from harness.spec.config import build_run_config
-    from harness.lab.dynamics import run_lab_trial
+    from harness.lab.dynamics import LabRun
     from harness.lab.sweeps import store_sweeps
     from harness.store.tracking import RunLog
 
@@ -295,7 +295,7 @@ def test_a_lab_report_only_reads(tmp_path):
             params = {"algorithm": algo, "delay": delay, "seed": 0}
             log = RunLog(results / f"{algo}-d{delay}-s0")
             log.start({}, {**params, "trial_id": f"{algo}-d{delay}-s0"}, {"config_sha256": "x"})
-            outcome = run_lab_trial(build_run_config(base, params), log, lambda: None)
+            outcome = LabRun(build_run_config(base, params), log).run()
             log.status(outcome.status, step=outcome.step)
     assert store_sweeps(results).startswith("lab: fixed-policy sweeps computed")
     out = tmp_path / "out"

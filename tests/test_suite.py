@@ -288,3 +288,23 @@ def test_a_quickstart_runs_its_references_own_trials(slice_name, reference_name)
     reference = {t.trial_id: t.config for t in expand(load_suite_file(REPO / "suites" / reference_name))}
     trials = expand(load_suite_file(REPO / "suites" / slice_name))
     assert trials and all(reference.get(t.trial_id) == t.config for t in trials), slice_name
+
+
+def test_a_grid_over_the_trial_limit_is_one_line():
+    """The refusal of --max-trials names the file, the count and the fix (it once raised a NameError)."""
+    with pytest.raises(ConfigError, match=r"quickstart-v2\.yaml: the grid has 20 trials, more than the limit 1; "
+                                          r"shrink the grid or raise the limit with --max-trials"):
+        load_suite_file(Path(__file__).resolve().parents[1] / "suites" / "quickstart-v2.yaml", max_trials=1)
+
+
+def test_tuning_at_a_delay_law_asks_for_an_integer_delay():
+    """The tuning delay defaults to the grid's largest delay; a delay law has none, so tune.delay is required."""
+    tune = {"param": "train.lr", "low": 1e-5, "high": 1e-3}
+    law = {"dist": "geometric", "p": 0.5, "max": 4}
+    suite = parse_suite({"suite": "t", "base": {}, "grid": {"delay": [0, 8]}, "tune": tune})
+    assert suite.tune.tune_delay(suite) == 8
+    suite = parse_suite({"suite": "t", "base": {}, "grid": {"delay": [0, law]}, "tune": tune})
+    with pytest.raises(ConfigError, match="tune.delay: the suite's delays include a delay law or trace; set tune.delay"):
+        suite.tune.tune_delay(suite)
+    suite = parse_suite({"suite": "t", "base": {}, "grid": {"delay": [0, law]}, "tune": {**tune, "delay": 2}})
+    assert suite.tune.tune_delay(suite) == 2

@@ -19,7 +19,7 @@ import yaml
 from harness.spec.config import ConfigError
 from harness.spec.suite import Trial, load_suite_file, parse_suite
 from harness.store.tracking import Mirrors, MlflowTarget, WandbTarget, open_suite_run, require_wandb
-from harness.store.tracking.config import WandbConfig
+from harness.store.tracking.wandb_sink import WandbConfig
 from harness.store.tracking.wandb_sink import WandbSink, run_id
 
 TINY_LAB = {"vocab": 3, "length": 2, "reward_frac": 0.3, "measure_groups": 40, "loop_groups": 8}

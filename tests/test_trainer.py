@@ -13,7 +13,8 @@ from harness.spec.suite import Trial
 from harness.trial.lifecycle import run_trial
 from harness.store.trialdir import read_jsonl
 from harness.trial import trainer as trainer_mod
-from harness.trial.trainer import Trainer, token_logp
+from harness.rollout import token_logp
+from harness.trial.trainer import Trainer
 
 CONTRACT = ["train/reward_mean", "loss/value", "opt/grad_norm", "policy/entropy", "policy/kl_behavior",
             "is/ratio_max", "is/ess_frac", "stale/mean", "stale/max", "rollout/len_mean", "rollout/zero_adv_frac",

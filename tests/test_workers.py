@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,10 +168,12 @@ def test_tune_reserves_the_process_or_only_the_driver():
 
 def test_a_sharded_batch_is_its_shards_sampled_apart():
     from harness.rollout.hf import HFEngine
-    from harness.trial.trainer import Trainer, shard_seed, token_logp
+    from harness.rollout import token_logp
+    from harness.trial.batches import shard_seed
+    from harness.trial.trainer import Trainer
 
     trainer = Trainer(build_run_config(frozen_base(workers=1)))
-    trainer.cfg = replace(trainer.cfg, train=replace(trainer.cfg.train, workers=2))   # one process, two shards
+    trainer.batches.shards = 2                                                         # one process, two shards
     batch = trainer.make_batch(5)
     prompts, G = [p.prompt for p in batch.problems], 4
     engine = HFEngine(trainer.model, trainer.tokenizer)

@@ -7,7 +7,7 @@ Modules (see harness/lab/README.md for the definitions and how to run it):
     policy.py    the synthetic problem: tabular autoregressive softmax over V^L sequences; exact J, ∇J, KL
     estimate.py  per-draw (one batch) estimator gradients through algorithms.compute_loss; the exact target g*;
                  Monte Carlo bias / second moment / MSE with standard errors
-    dynamics.py  run_lab_trial(cfg, log): delayed SGD on the synthetic problem (a suite trial)
+    dynamics.py  LabRun(cfg, log).run(): delayed SGD on the synthetic problem (a suite trial)
     sweeps.py    fixed-policy sweeps over G, ε and divergence, computed by `stalebench run` (store_sweeps)
     sweep_file.py  lab/sweeps.json: the sweeps' inputs, key, reading and writing (torch-free)
     results.py   read a lab suite's trial files; distinct configurations; power-law fits; permutation tests (torch-free)

@@ -1,6 +1,6 @@
 """Delayed-SGD training on the synthetic problem: one estimator-lab trial.
 
-    outcome = run_lab_trial(cfg, log, start)     # cfg: RunConfig with a `lab:` section; log: RunLog
+    outcome = LabRun(cfg, log).run()     # cfg: RunConfig with a `lab:` section; log: RunLog
 
 The loop, step t = 0..steps−1 (CleanRL-style, top to bottom):
     π_b      = θ_{max(0, t−d)}                    (a FIFO of the last d+1 policies' log-prob tables, d = cfg.delay;
@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -135,12 +135,21 @@ def measurement_row(cfg: "RunConfig", problem: policy.Problem, theta0: torch.Ten
     return row
 
 
-def run_lab_trial(cfg: "RunConfig", log: "RunLog", start: Callable[[], None]) -> Outcome:
-    """Train the synthetic policy with delayed SGD, log rows, measure; `start()` writes the trial's start
-    records (trial.run_trial's lifecycle). Lab trials are short and always start from step 0."""
-    check_supported(cfg)
-    torch.set_num_threads(cfg.train.threads)     # before start(): provenance records the threads
-    start()
+class LabRun:
+    """A lab trial, ready to run (spec/kinds.py Run). Lab trials are short and always start from step 0."""
+    resume_step, base, eval_set_sha256 = 0, None, None
+
+    def __init__(self, cfg: "RunConfig", log: "RunLog"):
+        check_supported(cfg)
+        torch.set_num_threads(cfg.train.threads)     # before the lifecycle's start records: provenance has the threads
+        self.cfg, self.log = cfg, log
+
+    def run(self, progress: bool = False) -> Outcome:
+        """Train the synthetic policy with delayed SGD, log rows, measure."""
+        return _train(self.cfg, self.log)
+
+
+def _train(cfg: "RunConfig", log: "RunLog") -> Outcome:
     lab = cfg.lab or LabConfig()
     problem, theta0 = make_setup(cfg)
     gen = torch.Generator().manual_seed(int(cfg.seed))

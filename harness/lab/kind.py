@@ -8,14 +8,14 @@ synthetic tabular policy (dynamics.py) instead of an LLM. Torch-free until a tri
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from harness.spec.kinds import KINDS
+from harness.registry import KINDS
 from harness.spec.lab import check_supported
 
 if TYPE_CHECKING:
     from harness.spec.config import RunConfig
-    from harness.store.trialdir import Outcome
+    from harness.spec.kinds import Run
 
 
 @KINDS.register("lab")
@@ -36,9 +36,9 @@ class LabKind:
         return False
 
     @staticmethod
-    def run(cfg: RunConfig, log: Any, start: Callable[..., None], progress: bool = False) -> Outcome:
-        from harness.lab.dynamics import run_lab_trial
-        return run_lab_trial(cfg, log, start)
+    def prepare(cfg: RunConfig, log: Any) -> Run:
+        from harness.lab.dynamics import LabRun
+        return LabRun(cfg, log)
 
     @staticmethod
     def after_suite(suite_dir: Path) -> str | None:

@@ -28,7 +28,8 @@ from harness.lab import plots as figures
 from harness.lab.results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
 from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
 from harness.report.load import SuiteResults
-from harness.report.sections import SECTIONS, Section
+from harness.registry import SECTIONS
+from harness.report.sections import Section
 
 
 # ----------------------------------------------------------------------------------------------

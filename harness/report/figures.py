@@ -1,9 +1,12 @@
 """Report figures: learning curves, accuracy vs delay, collapse-rate heatmap, estimator diagnostics,
 realized staleness (and survival curves when they say something).
 
-Each function draws from the frames of ``tables`` (never one figure per trial), writes its files into
-``out`` (``plotting.Output``: PNG by default, SVG on request) and returns a ``FigureOut`` whose caption
-says what is shown and over how many seeds, or None when the suite has nothing to show. How they look
+Each figure is registered in FIGURES (harness/registry.py) in page order, as a function
+``(a: tables.Analysis, d: PlotData, out: Output) -> FigureOut | None``: it draws from the frames of
+``tables`` (never one figure per trial), writes its files into ``out`` (``plotting.Output``: PNG by
+default, SVG on request) and returns a ``FigureOut`` whose caption says what is shown and over how many
+seeds, or None when the suite has nothing to show. A plugin's figure registers the same way and is drawn
+after these. How they look
 (facets, styles, legend, margins, files) is ``plotting.py``'s; ``FigureOut``, ``PlotData`` and
 ``estimator_style`` are re-exported from it. Only finished trials are drawn; diverged trials as scored
 (accuracy 0 from the divergence on; ``tables.scored_curve``).
@@ -23,6 +26,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from harness.registry import FIGURES
 from harness.report import collapse as col
 from harness.report import stats
 from harness.report.load import ACC_KEY
@@ -30,41 +34,14 @@ from harness.report.plotting import (PANEL_IN, WRAP, FigureOut, Output, PlotData
                                      facet_titles, log2_delay_axis, low_note, save, seed_range, shared_legend,
                                      wrapped_grid)
 from harness.report.render import show
-from harness.report.tables import _sort_key, axis_name
+from harness.report.tables import Analysis, _sort_key, axis_name
 
 
-def learning_curves(d: PlotData, out: Output) -> FigureOut | None:
-    """Held-out accuracy vs step: mean over seeds, band min..max over seeds; panels delay x slice."""
-    if d.done.empty or d.evals.empty:
-        return None
-    ev = d.evals.merge(d.done[["trial_id", "algorithm", "delay", "slice"]], on="trial_id")
-    agg = (ev.groupby(["slice", "delay", "algorithm", "step"])[ACC_KEY].agg(["mean", "min", "max"])
-           .reset_index())
-
-    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
-        ax = plt.gca()
-        for algo, g in data.groupby("algorithm"):
-            st = d.styles[algo]
-            ax.plot(g["step"], g["mean"], color=st.colour, lw=1.3, marker=st.marker, ms=3, markevery=0.2)
-            ax.fill_between(g["step"], g["min"], g["max"], color=st.colour, alpha=0.15, lw=0)
-
-    g = facet_grid(agg, d, facet_delay=True, ylim=(0, 1), xlim=autoscaled(agg["step"]))
-    g.map_dataframe(draw)
-    facet_titles(g, facet_delay=True)
-    g.set_axis_labels("step", "held-out accuracy")
-    png, svg = save(g, out, "learning_curves", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
-    seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
-    return FigureOut(png, "Learning curves",
-                     f"Held-out accuracy (eval/acc) vs step, one panel per delay (columns) and slice "
-                     f"(rows), one line per estimator: mean over seeds, shaded band = min..max over seeds "
-                     f"({seed_range(seeds)} per line; diverged seeds count as accuracy 0 from their "
-                     f"divergence on).{low_note(seeds)}", svg)
-
-
-def accuracy_vs_delay(cells: pd.DataFrame, d: PlotData, out: Output) -> FigureOut | None:
+@FIGURES.register("accuracy")
+def accuracy_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy (IQM, or mean below 5 seeds) vs delay per estimator, band = 95% interval; one
     panel per slice (wrapped); hollow markers = fewer than 5 seeds."""
-    cells = cells[(cells["seeds"] > 0) & cells["delay"].notna()].copy()
+    cells = a.cells[(a.cells["seeds"] > 0) & a.cells["delay"].notna()].copy()
     if cells["delay"].nunique() < 2:
         return None
     cells["algorithm"] = cells["algorithm"].astype(str)
@@ -96,9 +73,39 @@ def accuracy_vs_delay(cells: pd.DataFrame, d: PlotData, out: Output) -> FigureOu
                      f"{low_note(cells['seeds'])}", svg)
 
 
-def collapse_heatmap(cells: pd.DataFrame, d: PlotData, out: Output) -> FigureOut | None:
+@FIGURES.register("learning")
+def learning_curves(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
+    """Held-out accuracy vs step: mean over seeds, band min..max over seeds; panels delay x slice."""
+    if d.done.empty or d.evals.empty:
+        return None
+    ev = d.evals.merge(d.done[["trial_id", "algorithm", "delay", "slice"]], on="trial_id")
+    agg = (ev.groupby(["slice", "delay", "algorithm", "step"])[ACC_KEY].agg(["mean", "min", "max"])
+           .reset_index())
+
+    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
+        ax = plt.gca()
+        for algo, g in data.groupby("algorithm"):
+            st = d.styles[algo]
+            ax.plot(g["step"], g["mean"], color=st.colour, lw=1.3, marker=st.marker, ms=3, markevery=0.2)
+            ax.fill_between(g["step"], g["min"], g["max"], color=st.colour, alpha=0.15, lw=0)
+
+    g = facet_grid(agg, d, facet_delay=True, ylim=(0, 1), xlim=autoscaled(agg["step"]))
+    g.map_dataframe(draw)
+    facet_titles(g, facet_delay=True)
+    g.set_axis_labels("step", "held-out accuracy")
+    png, svg = save(g, out, "learning_curves", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
+    seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
+    return FigureOut(png, "Learning curves",
+                     f"Held-out accuracy (eval/acc) vs step, one panel per delay (columns) and slice "
+                     f"(rows), one line per estimator: mean over seeds, shaded band = min..max over seeds "
+                     f"({seed_range(seeds)} per line; diverged seeds count as accuracy 0 from their "
+                     f"divergence on).{low_note(seeds)}", svg)
+
+
+@FIGURES.register("collapse")
+def collapse_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Collapse rate per estimator (rows) x delay (columns), annotated K/N; one panel per slice."""
-    cells = cells[(cells["seeds"] > 0) & cells["delay"].notna()].copy()
+    cells = a.cells[(a.cells["seeds"] > 0) & a.cells["delay"].notna()].copy()
     if cells.empty:
         return None
     cells["algorithm"] = cells["algorithm"].astype(str)
@@ -145,52 +152,8 @@ def _heat(ax: plt.Axes, values: np.ndarray, text: list[list[str]], xlabels: list
         spine.set_visible(False)
 
 
-def survival_curves(d: PlotData, out: Output) -> FigureOut | None:
-    """Fraction of seeds not yet collapsed vs step; drawn only when it says something: some line has
-    at least MIN_CONFIDENT_SEEDS seeds and some seed collapsed."""
-    seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
-    if d.done.empty or seeds.max() < stats.MIN_CONFIDENT_SEEDS or not d.done["collapsed"].any():
-        return None
-    last = pd.to_numeric(d.done["last_step"], errors="coerce").max()
-    top = float(np.nanmax([last, d.done["collapse_step"].max(), 1.0]))
-    grid = np.unique(np.linspace(0, top, 100).round())
-    parts = []
-    for (s, delay, algo), g in d.done.groupby(["slice", "delay", "algorithm"]):
-        alive = col.survival_curve(g["collapse_step"].to_numpy(dtype=float), grid)
-        parts.append(pd.DataFrame({"slice": s, "delay": delay, "algorithm": algo, "step": grid,
-                                   "alive": alive}))
-    data = pd.concat(parts, ignore_index=True)
-
-    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
-        for algo, g in data.groupby("algorithm"):
-            plt.gca().plot(g["step"], g["alive"], drawstyle="steps-post", color=d.styles[algo].colour, lw=1.3)
-
-    g = facet_grid(data, d, facet_delay=True, ylim=(-0.03, 1.03))
-    g.map_dataframe(draw)
-    facet_titles(g, facet_delay=True)
-    g.set_axis_labels("step", "fraction not collapsed")
-    png, svg = save(g, out, "survival", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
-    return FigureOut(png, "Survival curves (secondary)",
-                     f"Fraction of seeds not yet collapsed vs step, one panel per delay and slice "
-                     f"({seed_range(seeds)} per line). Secondary to the collapse-rate heatmap.", svg)
-
-
-def _log_y(ax: plt.Axes) -> None:
-    """Log y axis with plain tick labels (``%g``; the default mathtext labels cost ~1 s to parse)."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-
-
-def _binned(m: pd.DataFrame, keys: list[str], bins: int = 60) -> pd.DataFrame:
-    """Mean of ``keys`` per (algorithm, step bin): at most ``bins`` points per line."""
-    top = float(m["step"].max()) or 1.0
-    width = max(1.0, np.ceil(top / bins))
-    m = m.assign(step=(np.floor((m["step"] - 1) / width) + 0.5) * width + 1)
-    return m.groupby(["algorithm", "step"], observed=True)[keys].mean().reset_index()
-
-
-def diagnostics_vs_step(d: PlotData, out: Output) -> FigureOut | None:
+@FIGURES.register("diagnostics")
+def diagnostics_vs_step(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Each estimator diagnostic vs step at the largest delay, mean over seeds and slices, one panel
     per metric (wrapped)."""
     if not d.diagnostics or d.done.empty:
@@ -241,7 +204,8 @@ def _metric_panels(long: pd.DataFrame, metrics: list[str], d: PlotData, out: Out
     return save(g, out, stem, shared_legend(g, d, [n for n in d.hue_order if n in set(long["algorithm"])]))
 
 
-def diagnostics_vs_delay(d: PlotData, out: Output) -> FigureOut | None:
+@FIGURES.register("diagnostics_delay")
+def diagnostics_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Each diagnostic's after-warm-up mean per trial, averaged over seeds and slices, vs delay."""
     metrics = [k for k in d.diagnostics if k in d.done and d.done[k].notna().any()]
     if not metrics or len(d.delays) < 2:
@@ -289,8 +253,68 @@ def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
                      f"({seed_range(counts)} per cell).", svg)
 
 
-def staleness(trials: pd.DataFrame, metrics: pd.DataFrame, out: Output) -> FigureOut | None:
+@FIGURES.register("eps")
+def eps_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
+    """Final accuracy over delay x ε (heatmap)."""
+    return heatmap("eps", d, out)
+
+
+@FIGURES.register("group_size")
+def group_size_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
+    """Final accuracy over delay x G (heatmap)."""
+    return heatmap("group_size", d, out)
+
+
+def _log_y(ax: plt.Axes) -> None:
+    """Log y axis with plain tick labels (``%g``; the default mathtext labels cost ~1 s to parse)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def _binned(m: pd.DataFrame, keys: list[str], bins: int = 60) -> pd.DataFrame:
+    """Mean of ``keys`` per (algorithm, step bin): at most ``bins`` points per line."""
+    top = float(m["step"].max()) or 1.0
+    width = max(1.0, np.ceil(top / bins))
+    m = m.assign(step=(np.floor((m["step"] - 1) / width) + 0.5) * width + 1)
+    return m.groupby(["algorithm", "step"], observed=True)[keys].mean().reset_index()
+
+
+@FIGURES.register("survival")
+def survival_curves(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
+    """Fraction of seeds not yet collapsed vs step; drawn only when it says something: some line has
+    at least MIN_CONFIDENT_SEEDS seeds and some seed collapsed."""
+    seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
+    if d.done.empty or seeds.max() < stats.MIN_CONFIDENT_SEEDS or not d.done["collapsed"].any():
+        return None
+    last = pd.to_numeric(d.done["last_step"], errors="coerce").max()
+    top = float(np.nanmax([last, d.done["collapse_step"].max(), 1.0]))
+    grid = np.unique(np.linspace(0, top, 100).round())
+    parts = []
+    for (s, delay, algo), g in d.done.groupby(["slice", "delay", "algorithm"]):
+        alive = col.survival_curve(g["collapse_step"].to_numpy(dtype=float), grid)
+        parts.append(pd.DataFrame({"slice": s, "delay": delay, "algorithm": algo, "step": grid,
+                                   "alive": alive}))
+    data = pd.concat(parts, ignore_index=True)
+
+    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
+        for algo, g in data.groupby("algorithm"):
+            plt.gca().plot(g["step"], g["alive"], drawstyle="steps-post", color=d.styles[algo].colour, lw=1.3)
+
+    g = facet_grid(data, d, facet_delay=True, ylim=(-0.03, 1.03))
+    g.map_dataframe(draw)
+    facet_titles(g, facet_delay=True)
+    g.set_axis_labels("step", "fraction not collapsed")
+    png, svg = save(g, out, "survival", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
+    return FigureOut(png, "Survival curves (secondary)",
+                     f"Fraction of seeds not yet collapsed vs step, one panel per delay and slice "
+                     f"({seed_range(seeds)} per line). Secondary to the collapse-rate heatmap.", svg)
+
+
+@FIGURES.register("staleness")
+def staleness(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Realized staleness (stale/mean) vs step, averaged over trials per configured delay."""
+    trials, metrics = a.trials, d.metrics
     delay_of = trials.loc[trials["has_params"]].set_index("trial_id")["delay"]
     m = metrics[["trial_id", "step", "stale/mean"]].dropna()
     m = m.assign(delay=pd.to_numeric(m["trial_id"].map(delay_of).astype(object), errors="coerce"))

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from harness.store import trialdir
+from harness.registry import FIGURES
 from harness.report import figures as fig
 from harness.report import importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
@@ -80,16 +81,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
-    figures = _draw_figures({  # in page order
-        "accuracy": partial(fig.accuracy_vs_delay, a.cells, plot, figures_out),
-        "learning": partial(fig.learning_curves, plot, figures_out),
-        "collapse": partial(fig.collapse_heatmap, a.cells, plot, figures_out),
-        "diagnostics": partial(fig.diagnostics_vs_step, plot, figures_out),
-        "diagnostics_delay": partial(fig.diagnostics_vs_delay, plot, figures_out),
-        "eps": partial(fig.heatmap, "eps", plot, figures_out),
-        "group_size": partial(fig.heatmap, "group_size", plot, figures_out),
-        "survival": partial(fig.survival_curves, plot, figures_out),
-        "staleness": partial(fig.staleness, a.trials, res.metrics, figures_out)})
+    figures = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
     extras = [_section_record(s) for s in report_sections(res, out_dir)]
     prov = summarize(res.provenance)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.registry import Registry
+from harness.registry import SECTIONS
 from harness.report.load import SuiteResults
 from harness.report.render import show
 from harness.store import trialdir
@@ -30,9 +30,6 @@ class SectionSource(Protocol):
     written straight into `out_dir`; [] when the suite has none."""
 
     def __call__(self, res: SuiteResults, out_dir: Path) -> list[Section]: ...
-
-
-SECTIONS: Registry[SectionSource] = Registry("report section", homes=("harness.lab.report",))
 
 
 def report_sections(res: SuiteResults, out_dir: Path) -> list[Section]:

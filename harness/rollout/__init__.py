@@ -1,55 +1,74 @@
-"""Rollout engines: batched sampling that records behavior log-probs and the generating policy version.
+"""Rollout engines and model forwards, in the house's registries (harness/registry.py ENGINES, FORWARDS).
 
     engine.generate(prompts, n=G, temperature=1.0, max_new_tokens=8, seed=s) -> Rollout
 
-`HFEngine` (transformers, KV-cached; any device) is the default, `LeanEngine` its sampling over the lean
-forward of the tiny Qwen3 bases (`model.forward: lean`, lean.py); `VLLMEngine` (extra `gpu` on a CUDA machine,
-or the CPU side environment of scripts/setup_vllm_cpu.sh; docs/vllm.md) is imported only when a run config
-asks for it (`model.engine: vllm`).
+A forward (`model.forward`) is the trainer's logits of response tokens and the sampler over the same
+arithmetic: `hf` (transformers, KV-cached; hf.py) and `lean` (the tiny Qwen3 bases' lean forward; lean.py).
+An engine (`model.engine`) samples the batches: `hf` runs the configured forward's sampler in the trainer's
+process on the trainer's weights; `vllm` (extra `gpu` on a CUDA machine, or the CPU side environment of
+scripts/setup_vllm_cpu.sh; docs/vllm.md) holds its own copy and is imported only when a config asks for it.
+A new forward or engine is one module that registers itself, imported below.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from harness.rollout.base import Rollout, RolloutEngine
+from harness.registry import ENGINES, FORWARDS
+from harness.rollout import hf, lean  # noqa: F401  (each registers its forward)
+from harness.rollout.base import EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
 from harness.rollout.hf import HFEngine
 
-__all__ = ["HFEngine", "Rollout", "RolloutEngine", "ResponseLogits", "make_engine", "response_logits"]
-
-# (model, rollout, rows, group_size) -> logits (b, T, V) predicting each response token of those rows
-ResponseLogits = Callable[[torch.nn.Module, Rollout, slice, int], torch.Tensor]
+__all__ = ["EngineSettings", "Forward", "HFEngine", "Rollout", "RolloutEngine", "ResponseLogits", "make_engine",
+           "response_logits", "token_logp"]
 
 
 def response_logits(forward: str) -> ResponseLogits:
-    """The trainer's forward for `model.forward`: hf (transformers) or lean (rollout/lean.py)."""
-    if forward == "hf":
-        from harness.rollout.hf import response_logits as hf
-        return hf
-    if forward == "lean":
-        from harness.rollout.lean import response_logits as lean
-        return lean
-    raise ValueError(f"unknown model.forward {forward!r}; valid: hf, lean")
+    """The trainer's forward for `model.forward`."""
+    return FORWARDS.get(forward, "model.forward").response_logits
 
 
-def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path, *, dtype: str = "float32",
-                gpu_memory_utilization: float = 0.3, seed: int = 0, forward: str = "hf") -> RolloutEngine:
-    """The rollout engine `kind` (model.engine); the hf engine runs the forward `forward` (model.forward)."""
-    if kind == "hf":
-        if forward == "lean":
-            from harness.rollout.lean import LeanEngine
-            return LeanEngine(model, tokenizer)
-        return HFEngine(model, tokenizer)
-    if kind == "vllm":
-        import importlib.util
-        if importlib.util.find_spec("vllm") is None:
-            raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
-                             "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
-        from harness.rollout.vllm_engine import VLLMEngine
-        engine = VLLMEngine(path, tokenizer, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed)
-        engine.sync_weights(model, -1)          # start from the trainer's exact weights
-        engine.version = 0
-        return engine
-    raise ValueError(f"unknown rollout engine {kind!r}; valid: hf, vllm")
+def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path | None,
+                settings: EngineSettings = EngineSettings(), seed: int = 0) -> RolloutEngine:
+    """The rollout engine `kind` (model.engine) for `model`, started from its current weights."""
+    return ENGINES.get(kind, "model.engine")(model, tokenizer, path, settings, seed)
+
+
+def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1,
+               forward: ResponseLogits = hf.response_logits) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`,
+    from the logits of `forward` (the config's model.forward: rollout.response_logits;
+    transformers' by default).
+
+    When the rows hold whole groups (responses of one prompt are `group_size` consecutive rows), each
+    prompt is run once and its KV cache repeated over the group, which roughly halves the cost of the
+    update on short responses; values agree with a full forward to float rounding (tests check 1e-5).
+    """
+    logits = forward(model, r, rows, group_size)                                          # (b, T, V)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)                    # (b, T, V)
+    logp = logprobs.gather(2, r.response_ids[rows].unsqueeze(2)).squeeze(2)
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return logp, entropy
+
+
+@ENGINES.register("hf")
+def _in_process(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int
+                ) -> RolloutEngine:
+    """The configured forward's sampler, on the trainer's own weights."""
+    return FORWARDS.get(settings.forward, "model.forward").engine(model, tokenizer)
+
+
+@ENGINES.register("vllm")
+def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int) -> RolloutEngine:
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
+                         "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
+    from harness.rollout.vllm_engine import VLLMEngine
+    engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.gpu_memory_utilization,
+                        seed=seed)
+    engine.sync_weights(model, -1)          # start from the trainer's exact weights
+    engine.version = 0
+    return engine

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 import torch
 
@@ -80,6 +80,26 @@ class RolloutEngine(Protocol):
     def pinned(self, model: torch.nn.Module, version: int) -> ContextManager["RolloutEngine"]:
         """An engine that generates with `model`'s weights as `version` for the duration of the block, safe
         to use while another thread (the asynchronous producer, or the trainer evaluating) does the same."""
+
+
+# (model, rollout, rows, group_size) -> logits (b, T, V) predicting each response token of those rows
+ResponseLogits = Callable[[torch.nn.Module, Rollout, slice, int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Forward:
+    """A model forward (`model.forward`, registry FORWARDS): the trainer's logits of response tokens, and the
+    engine that samples with the same forward (model.engine: hf)."""
+    response_logits: ResponseLogits
+    engine: Callable[[torch.nn.Module, Any], RolloutEngine]          # (model, tokenizer) -> engine
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What a rollout engine may be built from, besides the model: the run config's model section's values."""
+    forward: str = "hf"
+    dtype: str = "float32"
+    gpu_memory_utilization: float = 0.3
 
 
 def sample_token(logits: torch.Tensor, temperature: float, gen: torch.Generator, done: torch.Tensor,

@@ -13,7 +13,8 @@ import time
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from harness.rollout.base import Rollout, sample_token
+from harness.registry import FORWARDS
+from harness.rollout.base import Forward, Rollout, sample_token
 
 # transformers renamed the KV cache of a forward from `past_key_values` to `cache` during 5.x (5.24 warns
 # about the old name, 5.17 knows only it): use whichever this version's outputs carry.
@@ -118,3 +119,6 @@ class HFEngine:
         texts = tok.batch_decode(response_ids.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True)
         return Rollout(prompt_ids, prompt_mask, response_ids, response_mask, torch.stack(logps, 1),
                        torch.full((B,), self.version, dtype=torch.long), texts, time.perf_counter() - start)
+
+
+FORWARDS.register("hf")(Forward(response_logits, HFEngine))

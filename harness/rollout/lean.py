@@ -29,7 +29,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from harness.rollout.base import Rollout, sample_token
+from harness.registry import FORWARDS
+from harness.rollout.base import Forward, Rollout, sample_token
 
 KV = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -259,7 +260,7 @@ class LeanEngine:
         per = max(1, CHUNK_ROWS // n)                                              # prompts per chunk
         parts = [self._generate(prompts[i:i + per], n, temperature, max_new_tokens, gen)
                  for i in range(0, len(prompts), per)]
-        out = parts[0] if len(parts) == 1 else _concat(parts, self.tokenizer.pad_token_id)
+        out = parts[0] if len(parts) == 1 else Rollout.concat(parts, self.tokenizer.pad_token_id)
         out.seconds = time.perf_counter() - start
         return out
 
@@ -315,19 +316,5 @@ class LeanEngine:
                        torch.stack(logps, 1), torch.full((B,), self.version, dtype=torch.long), texts)
 
 
-def _concat(parts: list[Rollout], pad_token_id: int) -> Rollout:
-    """Chunks' rollouts as one: prompts left-padded and responses right-padded to the widest chunk's."""
-    P = max(r.prompt_ids.shape[1] for r in parts)
-    T = max(r.response_ids.shape[1] for r in parts)
 
-    def join(name: str, width: int, value, left: bool = False) -> torch.Tensor:
-        out = []
-        for r in parts:
-            x = getattr(r, name)
-            pad = x.new_full((x.shape[0], width - x.shape[1]), value)
-            out.append(torch.cat([pad, x] if left else [x, pad], 1))
-        return torch.cat(out)
-
-    return Rollout(join("prompt_ids", P, pad_token_id, left=True), join("prompt_mask", P, 0, left=True),
-                   join("response_ids", T, pad_token_id), join("response_mask", T, False), join("logp_behavior", T, 0.0),
-                   torch.cat([r.version for r in parts]), [t for r in parts for t in r.texts])
+FORWARDS.register("lean")(Forward(response_logits, LeanEngine))

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from harness.spec.delays import DelayDistribution
 from harness.errors import ConfigError
+from harness.registry import BACKENDS, ENGINES, FORWARDS
 from harness.spec.trace import read_trace
 from harness.spec.lab import LabConfig
 
@@ -59,16 +60,16 @@ class ModelConfig:
         if self.kind == "path" and not self.path:
             raise ConfigError(f"{key}.path: required when {key}.kind is 'path' (a local model directory)")
         _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
-        _choice(f"{key}.engine", self.engine, ("hf", "vllm"))
+        ENGINES.check(f"{key}.engine", self.engine)
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
-        _choice(f"{key}.forward", self.forward, ("hf", "lean"))
+        FORWARDS.check(f"{key}.forward", self.forward)
         if self.forward == "lean" and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"
                                        or self.dtype != "float32"):
             raise ConfigError(f"{key}.forward: 'lean' is written for the tiny Qwen3 bases (kind: tiny) in float32 "
                               f"with engine hf and backend torch; set {key}.forward: hf for kind {self.kind!r}, "
                               f"dtype {self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
         _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
-        _choice(f"{key}.backend", self.backend, ("torch", "deepspeed"))
+        BACKENDS.check(f"{key}.backend", self.backend)
         _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
         if self.kind == "tiny":
             from harness.bases import base_names
@@ -92,7 +93,7 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 200                       # optimizer steps (batches consumed)
+    steps: int = 200                       # steps: batches consumed (each one or more optimizer updates)
     prompts_per_step: int = 16
     lr: float = 1e-4
     beta1: float = 0.9
@@ -173,7 +174,7 @@ class MismatchConfig:
 class RunConfig:
     algorithm: str = DEFAULT_ESTIMATOR     # a registered estimator (algorithms.loss_names())
     params: Mapping[str, Any] = field(default_factory=dict)   # the estimator's own parameters
-    delay: int | DelayDistribution = 0     # exact rollout delay d (optimizer steps), or a law of lags (delay_dist.py)
+    delay: int | DelayDistribution = 0     # exact rollout delay d (optimizer updates), or a law of lags (spec/delays.py)
     eps: float = 0.2                       # trust-region width ε
     group_size: int = 8                    # G responses per prompt
     seed: int = 0

@@ -14,7 +14,9 @@ A kind answers, for a resolved run config:
                                        (suite `share_on_policy`: equal gradients); a lab trial measures
                                        each estimator's bias, so it does not
     needs_base(cfg)                    whether it starts from a base checkpoint the driver verifies
-    run(cfg, log, start, progress)     train; returns the trialdir.Outcome (trial.run_trial's lifecycle)
+    prepare(cfg, log) -> Run           build the trial and resume it from its checkpoint; the lifecycle
+                                       records the Run's start (resume_step, base, eval_set_sha256), then
+                                       calls run.run(progress) -> trialdir.Outcome (trial/lifecycle.py)
     after_suite(suite_dir)             a step after the suite's trials (a console line or None)
 
 Each kind registers itself in `KINDS` from its own package (harness/registry.py); importing this module
@@ -23,13 +25,22 @@ imports no torch (each kind imports its machinery when it runs).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.registry import Registry
+from harness.registry import KINDS, claimant
 
 if TYPE_CHECKING:
     from harness.spec.config import RunConfig
     from harness.store.trialdir import Outcome
+
+
+class Run(Protocol):
+    """A trial built and resumed, ready to run."""
+    resume_step: int                   # the step its checkpoint resumes from (0: a fresh start)
+    base: dict | None                  # the verified base's name and sha256 (None: no base)
+    eval_set_sha256: str | None        # the held-out set's hash (None: none)
+
+    def run(self, progress: bool = False) -> Outcome: ...
 
 
 class TrialKind(Protocol):
@@ -39,11 +50,8 @@ class TrialKind(Protocol):
     def claims(self, cfg: RunConfig) -> bool: ...
     def validate(self, cfg: RunConfig) -> None: ...
     def needs_base(self, cfg: RunConfig) -> bool: ...
-    def run(self, cfg: RunConfig, log: Any, start: Callable[..., None], progress: bool = False) -> Outcome: ...
+    def prepare(self, cfg: RunConfig, log: Any) -> Run: ...
     def after_suite(self, suite_dir: Path) -> str | None: ...
-
-
-KINDS: Registry[TrialKind] = Registry("trial kind", homes=("harness.trial.kind", "harness.lab.kind"))
 
 
 def kinds() -> list[TrialKind]:
@@ -52,7 +60,7 @@ def kinds() -> list[TrialKind]:
 
 def kind_of(cfg: RunConfig) -> TrialKind:
     """The kind that runs `cfg`: the last registered kind that claims it."""
-    return next(k for k in reversed(kinds()) if k.claims(cfg))
+    return claimant(KINDS, cfg)
 
 
 def suite_kinds(configs: list[RunConfig]) -> list[TrialKind]:

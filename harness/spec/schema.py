@@ -121,7 +121,14 @@ class TuneSpec:
         return self.seed if self.seed is not None else 1000 + max(suite.seeds)
 
     def tune_delay(self, suite: Suite) -> int:
-        return self.delay if self.delay is not None else max([0, *suite.grid.get("delay", [suite.base.get("delay", 0)])])
+        """The delay the tuning trials run at: `tune.delay`, else the suite's largest integer delay."""
+        if self.delay is not None:
+            return self.delay
+        delays = suite.grid.get("delay", [suite.base.get("delay", 0)])
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in delays):
+            raise ConfigError("tune.delay: the suite's delays include a delay law or trace; set tune.delay to the "
+                              "integer delay to tune at")
+        return max([0, *delays])
 
 
 @dataclass(frozen=True)
@@ -221,8 +228,10 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
     try:
         resources = _section(Resources, data.get("resources"), "resources", "{cpu: 1, gpu: 0}")
         resources.validate("resources")
-        tracking = _section(TrackingConfig, data.get("tracking"), "tracking",
-                            "{wandb: {project: stalebench, mode: offline}}")
+        value = data.get("tracking")
+        if not isinstance(value if value is not None else {}, Mapping):
+            raise ConfigError("tracking: expected a mapping, e.g. {wandb: {project: stalebench, mode: offline}}")
+        tracking = TrackingConfig.parse(value or {}, "tracking", _mirror)
         tracking.validate("tracking")
         suite = Suite(name, version, dict(base), grid, list(seeds), resources, {k: dict(v) for k, v in overrides.items()},
                       data.get("notes", ""), share_on_policy=share, overrides_scope=scope, tracking=tracking,
@@ -245,6 +254,12 @@ def _grid(grid: Any, where: str) -> dict[str, list[Any]]:
         if key == "seed":
             raise _fail(where, "grid.seed: list seeds under the top-level key 'seeds', not in the grid")
     return {k: list(v) for k, v in grid.items()}
+
+
+def _mirror(cls: type, value: Any, key: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a mapping of {', '.join(f.name for f in fields(cls))}; got {value!r}")
+    return from_dict(cls, value, key)
 
 
 def _section(cls: type, value: Any, key: str, example: str) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import yaml
 
 from harness.spec.config import ConfigError, RunConfig, build_run_config, set_dotted, to_dict
+from harness.registry import SOURCES, claimant
 from harness.spec.kinds import kind_of
 from harness.spec.schema import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
 from harness.spec.yamlio import load_yaml_text, read_text_file, short
@@ -56,8 +57,8 @@ def load_suite_trials(path: str | Path, sets: list[str] = (), max_trials: int = 
     suite = parse_suite(data, str(path), text)
     count = trial_count(suite)
     if count > max_trials:
-        raise _fail(str(path), f"the grid has {count} trials, more than the limit {max_trials}; shrink the grid "
-                               f"or raise the limit with --max-trials")
+        raise ConfigError(f"{path}: the grid has {count} trials, more than the limit {max_trials}; shrink the grid "
+                          f"or raise the limit with --max-trials")
     return suite, check_runnable(suite)
 
 
@@ -200,11 +201,16 @@ def expand(suite: Suite) -> list[Trial]:
     return trials
 
 
+def on_policy(cfg: RunConfig) -> bool:
+    """Whether `cfg` trains on-policy: one optimizer update per batch, and its staleness source
+    (harness/trial/staleness.py) samples every batch with the policy that consumes it (delay 0)."""
+    return cfg.train.updates_per_batch == 1 and claimant(SOURCES, cfg).on_policy(cfg)
+
+
 def _on_policy(suite: Suite, point: Mapping[str, Any], overrides: Mapping[str, Any]) -> bool:
-    """Whether a grid point trains on-policy: delay 0, one update per batch, synchronous."""
+    """Whether a grid point trains on-policy with a trial kind whose on-policy runs are shared."""
     cfg = build_run_config(suite.base, {**overrides, **point})
-    return (cfg.delay == 0 and cfg.train.updates_per_batch == 1 and cfg.async_ is None
-            and kind_of(cfg).shares_on_policy)
+    return on_policy(cfg) and kind_of(cfg).shares_on_policy
 
 
 def matching(trials: list[Trial], spec: str, flag: str = "--trial") -> list[Trial]:

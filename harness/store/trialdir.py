@@ -100,10 +100,6 @@ def ray_dir(suite_dir: Path) -> Path:
     return Path(suite_dir) / RAY_DIR
 
 
-def lab_dir(suite_dir: Path) -> Path:
-    return Path(suite_dir) / LAB_DIR
-
-
 def policy_dir(trial_dir: Path) -> Path:
     return Path(trial_dir) / POLICY_DIR
 

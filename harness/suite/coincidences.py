@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.spec.suite import on_policy
 from harness.store.trialdir import read_object, write_atomic
 
 FILE = "coincidences.json"
@@ -33,7 +34,7 @@ def compute(trials: list) -> dict[str, Any]:
     configs: dict[tuple, dict[tuple, tuple]] = {}      # (updates, aggregation) -> key -> (name, eps, params)
     for t in trials:
         c = t.config
-        if c.delay == 0 and c.async_ is None:                 # on-policy: every estimator's gradient is grpo's
+        if on_policy(c):                                      # every estimator's gradient is grpo's
             continue
         key = (c.algorithm, float(c.eps), json.dumps(dict(c.params), sort_keys=True, default=str))
         configs.setdefault((c.train.updates_per_batch, c.train.aggregation), {})[key] = (c.algorithm, float(c.eps),

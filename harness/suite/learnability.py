@@ -27,7 +27,7 @@ from harness.bases import MANIFEST, BaseModelError
 from harness.spec.config import build_run_config
 from harness.bases.models import CANDIDATES, record_candidate, save_base, warm_start_base
 from harness.tasks import make_task
-from harness.trial.trainer import train
+from harness.trial.trainer import TrainerRun
 
 PROBE_ESTIMATOR = "grpo"
 PROBE_PROMPTS, PROBE_GROUP = 8, 16           # the v2 batch shape (suites/reference-v2.yaml): 128 responses,
@@ -68,7 +68,7 @@ def run_probe(model_dir: Path, recipe: Any, max_new_tokens: int, say=print) -> d
     runs = []
     for seed in range(recipe.probe_seeds):
         log = _Recorder(Path(model_dir) / f"probe-seed{seed}")
-        outcome = train(probe_config(model_dir, recipe, seed, max_new_tokens), log, lambda *args: None)
+        outcome = TrainerRun(probe_config(model_dir, recipe, seed, max_new_tokens), log).run()
         curve = [[r["step"], round(r["eval/acc"], 4)] for r in log.evals]
         steps = log.steps
         runs.append({"seed": seed, "status": outcome.status, "curve": curve,

@@ -12,37 +12,20 @@ import os
 import statistics
 from pathlib import Path
 
-from harness.trial import numerics
-
 from harness.store import trialdir
+from harness.trial import numerics
 from harness.spec.suite import Suite, Trial, expand, select_trials, trial_count
 
-# s per 128-response step and per held-out evaluation inside a suite on the 2-core machine (idle AMD EPYC,
-# 2026-12-02), transformers forward, converted to the native float path (÷ PINNED_FACTOR; benchmarks/README.md).
-# addrev: two v1 quickstart trials (`stalebench run suites/quickstart.yaml --only 'algorithm=grpo,seed=0'`) took a
-# median perf/step_s of 0.171 and 0.166 s side by side, and ~0.54 s per 500-problem evaluation (a trial's wall
-# time less its steps, over its 11 evaluations); one alone, 0.171 s (benchmarks/v2_step_cost.py). cumsum: the v2
-# reference run's 15,360 steps (reports/reference-v2/raw.tar.gz) took a median of 0.397 s with the lean forward
-# (x LEAN_SPEEDUP for the transformers figure), and ~5.55 s per 2,500-problem evaluation. On that machine a
-# trial alone and two side by side ran at the same speed within 4% (v2: 0.458 s alone, 0.440 s side by side over
-# steps 4-15), so parallel trials only divide the total. The first figures came from loaded machines: they
-# carried a 2.3x side-by-side factor and projected the v2 reference at 138 min; it took 72.
-# The lean forward's speed-up over hf, per task: addrev 1.08, the median of four paired lean-vs-hf CPU-time ratios
-# of benchmarks/train_throughput.py (1.04-1.15, loaded machine; 1.07 pinned and 1.09 native on an idle one);
-# cumsum 1 / 0.70, the paired CPU-time ratio of benchmarks/v2_step_cost.py (pinned path, load 4.7): its
-# variable-length responses let the lean forward skip padding and drop finished rows. An evaluation's figure does
-# not depend on the forward here (benchmarks/README.md: the two were within noise).
+# s per 128-response step and per held-out evaluation inside a suite on the 2-core machine, transformers forward,
+# native float path; the lean forward's speed-up over it per task; the pinned path's cost over the native one;
+# the extra cost of each further update per batch. Where each figure was measured: benchmarks/README.md,
+# "Projection constants (plan.py)".
 TINY_STEP_S = {"addrev": 0.112, "cumsum": 0.371}
 TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
 TINY_RESPONSES = 128
 LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
-# The pinned float path (harness/trial/numerics.py) costs 0.280 / 0.183 = 1.53x the native path's CPU s per step
-# (benchmarks/float_paths.py, paired, benchmarks/README.md); the figures above are native-path ones.
 PINNED_FACTOR = 1.53
-# k = train.updates_per_batch updates per batch: a step of v2 (lean, pinned) with k = 2 costs 1.73x the CPU time of
-# one with k = 1 (the batch's proximal log-probs and a second update; benchmarks/v2_step_cost.py --updates 1,2,
-# paired, load 3.5-3.9, 2026-12-02); other k are extrapolated linearly, 1 + 0.73 (k - 1).
-EXTRA_UPDATE = 0.73
+EXTRA_UPDATE = 0.73                # a step with k updates per batch costs 1 + EXTRA_UPDATE (k - 1) of one with k = 1
 # GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
 # (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
 # bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at

@@ -1,6 +1,6 @@
-"""The task registry: each task module registers its tasks when it is imported (harness/tasks/__init__.py
-imports every public module of the package), so a new task is its module (plus, to evaluate it with
-lm-eval, its task YAML in lm_eval_tasks/).
+"""Tasks in the house's registry (harness/registry.py TASKS): each task module registers its tasks when it is
+imported (harness/tasks/__init__.py imports every public module of the package), so a new task is its
+module (plus, to evaluate it with lm-eval, its task YAML in lm_eval_tasks/).
 
     register_task("addrev", addrev_task, settings=("eval_size",), synthetic=True, vocab=ADDREV_VOCAB)
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.registry import TASKS
 from harness.tasks.base import Task
 
 SETTINGS = ("eval_size", "data_dir")      # the run config's task settings a constructor may take
@@ -27,33 +28,28 @@ class TaskEntry:
     vocab: tuple[str, ...] | None = None   # a synthetic task's characters (char tokenizer of its tiny bases)
 
 
-_TASKS: dict[str, TaskEntry] = {}
-
-
 def register_task(name: str, make: Callable[..., Task], *, settings: tuple[str, ...] = (), synthetic: bool = False,
                   vocab: list[str] | tuple[str, ...] | None = None) -> None:
-    if name in _TASKS:
-        raise ValueError(f"task {name!r} is already registered")
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         raise ValueError(f"task {name!r}: unknown setting {unknown[0]!r}; valid: {', '.join(SETTINGS)}")
-    _TASKS[name] = TaskEntry(name, make, tuple(settings), synthetic, tuple(vocab) if vocab is not None else None)
+    TASKS.register(name)(TaskEntry(name, make, tuple(settings), synthetic, tuple(vocab) if vocab is not None else None))
 
 
 def task_entry(name: str) -> TaskEntry:
-    if name not in _TASKS:
+    if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; valid: {', '.join(task_names())}")
-    return _TASKS[name]
+    return TASKS.get(name)
 
 
 def task_names() -> list[str]:
     """Registered task names, sorted."""
-    return sorted(_TASKS)
+    return sorted(TASKS.names())
 
 
 def registered() -> list[TaskEntry]:
     """Every registered task, in registration order."""
-    return list(_TASKS.values())
+    return [entry for _, entry in TASKS]
 
 
 def make_task(name: str, **kwargs: Any) -> Task:

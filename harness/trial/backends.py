@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from harness.registry import BACKENDS
 from harness.spec.config import RunConfig
 from harness.trial.world import Group, Solo
 
@@ -35,12 +36,13 @@ def load_checkpoint(path: Path) -> dict:
     """A checkpoint written by a backend, unpickled with torch's weights-only loader: tensors, numbers,
     strings and containers, plus the few stalebench types a delay buffer holds (listed here). A crafted
     file cannot run code; a file that is not such a checkpoint is refused with one line."""
-    from harness.trial.staleness import Batch
+    from harness.trial.batches import Batch
     from harness.rollout.base import Rollout
     from harness.tasks.base import Problem
 
-    try:                       # (Batch, its old name): checkpoints written while it lived in harness/trial/trainer.py
-        with torch.serialization.safe_globals([Batch, (Batch, "harness.trial.trainer.Batch"), Rollout, Problem]):
+    try:                       # older checkpoints name Batch by the module that pickled it then
+        with torch.serialization.safe_globals([Batch, (Batch, "harness.trainer.Batch"), (Batch, "harness.delay.Batch"),
+                                               Rollout, Problem]):
             state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 — pickle errors of any kind: refuse the file, never execute it
         raise ValueError(f"{path}: not a loadable stalebench checkpoint ({type(exc).__name__}); delete it to "
@@ -50,6 +52,7 @@ def load_checkpoint(path: Path) -> dict:
     return state
 
 
+@BACKENDS.register("torch")
 class TorchBackend:
     def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int, world: Solo | Group = Solo()):
         self.model = self.module = model
@@ -91,6 +94,7 @@ class TorchBackend:
 DS_TAG = "state"                   # the DeepSpeed checkpoint's tag: <trial>/checkpoint.ds/state/
 
 
+@BACKENDS.register("deepspeed")
 class DeepSpeedBackend:
     """A DeepSpeed engine around the model; gradient accumulation over the step's micro-batches (of this
     process's rows) and, with several workers, the gradient all-reduce between them."""
@@ -163,5 +167,6 @@ class DeepSpeedBackend:
 
 def make_backend(model: torch.nn.Module, cfg: RunConfig, micro_batches: int,
                  world: Solo | Group = Solo()) -> TorchBackend | DeepSpeedBackend:
-    """The configured backend; `micro_batches` per step on this process's rows of the batch (world.rows)."""
-    return (DeepSpeedBackend if cfg.model.backend == "deepspeed" else TorchBackend)(model, cfg, micro_batches, world)
+    """The configured backend (model.backend); `micro_batches` per step on this process's rows of the batch
+    (world.rows)."""
+    return BACKENDS.get(cfg.model.backend, "model.backend")(model, cfg, micro_batches, world)

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from harness.spec.kinds import KINDS
+from harness.registry import KINDS
 
 if TYPE_CHECKING:
     from harness.spec.config import RunConfig
-    from harness.store.trialdir import Outcome
+    from harness.spec.kinds import Run
 
 
 @KINDS.register("llm")
@@ -30,9 +30,9 @@ class LlmKind:
         return True
 
     @staticmethod
-    def run(cfg: RunConfig, log: Any, start: Callable[..., None], progress: bool = False) -> Outcome:
-        from harness.trial.trainer import train
-        return train(cfg, log, start, progress=progress)
+    def prepare(cfg: RunConfig, log: Any) -> Run:
+        from harness.trial.trainer import TrainerRun
+        return TrainerRun(cfg, log)
 
     @staticmethod
     def after_suite(suite_dir: Path) -> str | None:

@@ -2,8 +2,9 @@
 the Ray Train workers of a multi-worker trial: run_trial_worker), and the rule that decides whether
 existing results still belong to a trial.
 
-The lifecycle is the same for every trial kind (kinds.py: the LLM trainer, the estimator lab): skip a finished trial; write config, params
-and provenance at the start (and at a resume, from the checkpoint's step); run; write the final status.
+The lifecycle is the same for every trial kind (spec/kinds.py: the LLM trainer, the estimator lab): skip a
+finished trial; prepare it (built, resumed from its checkpoint); write config, params and provenance at the
+start (and at a resume, from the checkpoint's step); run; write the final status.
 An exception becomes a `failed` status with a one-line reason (traceback in error.log).
 
 Config identity: a trial *is* its resolved config. Results whose config.yaml differs from the suite's
@@ -16,11 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.store import provenance, trialdir
 from harness.trial import numerics
-
-from harness.store import provenance
-
-from harness.store import trialdir
 from harness.spec.config import ConfigError, RunConfig, flatten, to_dict
 from harness.spec.kinds import kind_of
 from harness.spec.suite import Trial
@@ -70,7 +68,7 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
         return previous
     config = to_dict(trial.config)
 
-    def start(resume_step: int = 0, base: dict | None = None, eval_set_sha256: str | None = None) -> None:
+    def record_start(resume_step: int, base: dict | None, eval_set_sha256: str | None) -> None:
         import torch
         from algorithms import describe
         on_gpu = torch.cuda.is_available() and trial.config.model.device != "cpu"     # as the trainer decides
@@ -86,7 +84,9 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
     try:
         if mirror is not None:
             log.sink = mirror.open(trial.trial_id, mirror_params(trial))
-        outcome = kind_of(trial.config).run(trial.config, log, start, progress=progress)
+        run = kind_of(trial.config).prepare(trial.config, log)
+        record_start(run.resume_step, run.base, run.eval_set_sha256)
+        outcome = run.run(progress)
         log.status(outcome.status, step=outcome.step, error=outcome.error, diverged_step=outcome.diverged_step,
                    extra=outcome.extra)
     except Exception as exc:  # noqa: BLE001 — a failing trial is a result, not a crash of the suite
@@ -114,7 +114,7 @@ def run_trial_worker(trial: Trial, suite_dir: Path, rank: int, mirror: Target | 
     trial_dir = Path(suite_dir) / trial.trial_id
     if trialdir.read_status(trial_dir).get("status") in trialdir.FINAL:    # rank 0 skips it too
         return
-    kind_of(trial.config).run(trial.config, NullRunLog(trial_dir), lambda *args: None)
+    kind_of(trial.config).prepare(trial.config, NullRunLog(trial_dir)).run()
 
 
 class NullRunLog:

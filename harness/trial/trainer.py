@@ -1,7 +1,8 @@
 """One training run: rollout → reward → group advantages → estimator → AdamW update, with an exact delay.
 
-Reads like CleanRL's loop: `train()` at the bottom is the whole run; `Trainer.update` is one optimizer
-update and fits on a screen. Everything the run does is set by its RunConfig. Metrics (names in
+Reads like CleanRL's loop: `Trainer.__init__` builds the trial's components from its RunConfig in one
+place, `TrainerRun.run` at the bottom is the whole run (source -> rollout -> reward -> estimator -> update
+-> metrics), and `Trainer.update` is one optimizer update that fits on a screen. Metrics (names in
 docs/metrics.md) go to the trial's RunLog, one row per consumed batch.
 """
 from __future__ import annotations
@@ -11,56 +12,31 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context, uses_batch_statistics
 
-from harness.trial.backends import make_backend
-from harness.spec.config import RunConfig, to_dict
-from harness.trial.staleness import AsyncProducer, Batch, DelayBuffer, MixedDelayBuffer, exact_source, mixed_rollout
-from harness.trial.metrics import add_histograms, combine_metrics, importance_diagnostics, policy_metrics, rollout_metrics
+from harness.registry import SOURCES, claimant
 from harness.bases.models import base_identity, check_eval_set, load_model, problems_sha256
-from harness.rollout import ResponseLogits, make_engine, response_logits
+from harness.rollout import EngineSettings, make_engine, response_logits, token_logp
 from harness.rollout.base import Rollout
-from harness.rollout.hf import response_logits as hf_response_logits
 from harness.rollout.mismatch import MismatchEngine
-from harness.tasks import Problem, task_from_config
+from harness.spec.config import RunConfig, to_dict
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
-                       truncate_side_rows)
+                                    truncate_side_rows)
+from harness.tasks import task_from_config
+from harness.trial.backends import make_backend
+from harness.trial.batches import Batch, Batches
+from harness.trial.metrics import add_histograms, combine_metrics, importance_diagnostics, policy_metrics, rollout_metrics
+from harness.trial.staleness import Source
 from harness.trial.world import world_for
 
 
 class Diverged(Exception):
     """The loss or the gradient became NaN/inf: the run stops and is recorded as diverged."""
-
-
-def batch_seed(seed: int, index: int) -> int:
-    return (seed * 1_000_003 + index) % (2**63 - 1)
-
-
-def shard_seed(seed: int, index: int, shard: int) -> int:
-    """The sampling seed of shard `shard` of batch `index` with several workers (shard 0 keeps the batch's)."""
-    return (batch_seed(seed, index) + shard * 0x9E3779B97F4A7C15) % (2**63 - 1)
-
-
-def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1,
-               forward: ResponseLogits = hf_response_logits) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(response token) and the policy entropy per response token, both (b, T), for rows `rows`,
-    from the logits of `forward` (the config's model.forward: rollout.response_logits).
-
-    When the rows hold whole groups (responses of one prompt are `group_size` consecutive rows), each
-    prompt is run once and its KV cache repeated over the group, which roughly halves the cost of the
-    update on short responses; values agree with a full forward to float rounding (tests check 1e-5).
-    """
-    logits = forward(model, r, rows, group_size)                                          # (b, T, V)
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)                    # (b, T, V)
-    logp = logprobs.gather(2, r.response_ids[rows].unsqueeze(2)).squeeze(2)
-    with torch.no_grad():
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return logp, entropy
 
 
 class Trainer:
@@ -85,93 +61,35 @@ class Trainer:
         own = self.world.rows(B)
         micro_batches = -(-(own.stop - own.start) // (tc.micro_batch_size or B))      # per step, on this process
         self.backend = make_backend(self.model, cfg, micro_batches=micro_batches, world=self.world)
-        self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path, dtype=cfg.model.dtype,
-                                  gpu_memory_utilization=cfg.model.gpu_memory_utilization, seed=cfg.seed,
-                                  forward=cfg.model.forward)
+        self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path,
+                                  EngineSettings(cfg.model.forward, cfg.model.dtype, cfg.model.gpu_memory_utilization),
+                                  cfg.seed)
         self.forward = response_logits(cfg.model.forward)          # the trainer's logits (model.forward)
         # training rollouts: the engine, or a copy of it whose log-probs differ from the trainer's (evaluation: the engine)
-        self.sampler = self.engine if cfg.mismatch is None else MismatchEngine(self.tokenizer, seed=cfg.seed,
-                                                                                 **to_dict(cfg.mismatch))
+        sampler = self.engine if cfg.mismatch is None else MismatchEngine(self.tokenizer, seed=cfg.seed,
+                                                                            **to_dict(cfg.mismatch))
+        self.batches = Batches(seed=cfg.seed, prompts=tc.prompts_per_step, group_size=cfg.group_size, shards=tc.workers,
+                               temperature=tc.temperature, max_new_tokens=tc.max_new_tokens,
+                               problems=self.train_problems, task=self.task, sampler=sampler, forward=self.forward,
+                               recompute_behavior=cfg.model.behavior_logp == "recompute",
+                               pad_token_id=self.tokenizer.pad_token_id, device=self.device, world=self.world)
         self.version = 0          # optimizer updates applied so far
         self.histogram: dict[str, list[int]] | None = None   # the current batch's log ρ histograms (is_hist.jsonl)
         self.batches_done = 0
         self.kept: dict[str, Any] | None = None   # the kept policy (train.save): its step and eval/acc
-        self.source: DelayBuffer | MixedDelayBuffer | AsyncProducer = exact_source(
-            cfg.delay, self.model, cfg.seed, tc.updates_per_batch, tc.steps, tc.prompts_per_step, cfg.group_size,
-            self.make_batch, self.make_mixed_batch)
+        self.source: Source | None = None         # started by TrainerRun.run, after a resume
 
-    def start_async(self) -> None:
-        """Replace the exact delay buffer by a concurrent producer (config `async`), from the current state."""
-        tc = self.cfg.train
-        self.source = AsyncProducer(self.model, self.cfg.async_.max_staleness, tc.updates_per_batch, tc.steps,
-                                    self.make_batch,
-                                    start_batch=self.batches_done, start_version=self.version)
+    def start_source(self, state: dict[str, Any] | None = None) -> Source:
+        """Start the staleness source that serves this config (staleness.py), from the current version and batch
+        (after a resume), with its checkpointed `state`."""
+        self.source = claimant(SOURCES, self.cfg).build(self.cfg, self.batches, self.model, self.batches_done, self.version)
+        if state is not None:
+            self.source.load_state_dict(state)
+        return self.source
 
-    # -- rollouts ----------------------------------------------------------------------------
-    def make_batch(self, index: int, model: torch.nn.Module | None = None, version: int | None = None) -> Batch:
-        """Batch `index`: its prompts (fixed by seed and index) sampled G times by the current policy
-        (or by `model` as `version`: the asynchronous producer's copy). With N workers the P prompts are
-        N shards of whole groups, shard s sampled with its own seed by the process holding it (world.py)."""
-        cfg, P, n = self.cfg, self.cfg.train.prompts_per_step, self.cfg.train.workers
-        problems = self._problems(index)
-        model, version = (self.model, self.version) if model is None else (model, version)
-        if n == 1:
-            return self._sample(index, problems, batch_seed(cfg.seed, index), model, version)
-        start, per = time.perf_counter(), P // n
-        own = [_on_cpu(self._sample(index, problems[s * per:(s + 1) * per], shard_seed(cfg.seed, index, s), model,
-                                    version)) for s in self.world.shards(n)]
-        gathered = self.world.gather((own, time.perf_counter() - start))        # [(shards, seconds)] by rank
-        shards = [b for bs, _ in gathered for b in bs]
-        r = Rollout.concat([b.rollout for b in shards], self.tokenizer.pad_token_id)
-        r.seconds = max(seconds for _, seconds in gathered)                      # the slowest process
-        gaps = [b.engine_gap for b in shards if b.engine_gap is not None]
-        return Batch(index, problems, r.to(self.device), torch.cat([b.rewards for b in shards]).to(self.device),
-                     torch.arange(P).repeat_interleave(cfg.group_size).to(self.device), max(gaps) if gaps else None)
-
-    def _problems(self, index: int) -> list[Problem]:
-        P = self.cfg.train.prompts_per_step
-        return [self.train_problems[(index * P + j) % len(self.train_problems)] for j in range(P)]
-
-    def make_mixed_batch(self, index: int, versions: list[int], model_at: Callable[[int], torch.nn.Module]) -> Batch:
-        """Batch `index` with response i generated by policy version versions[i] (`model_at(v)`: that policy).
-        One version: exactly make_batch's sampling; several: delay.mixed_rollout (n = 1 per row)."""
-        G, problems, seed = self.cfg.group_size, self._problems(index), batch_seed(self.cfg.seed, index)
-        if len(set(versions)) == 1:
-            return self._sample(index, problems, seed, model_at(versions[0]), versions[0])
-        r, gap = mixed_rollout(versions, lambda rows, v: self._generate([problems[i // G].prompt for i in rows], 1,
-                                                                        shard_seed(seed, v, 1), model_at(v), v),
-                               self.tokenizer.pad_token_id)
-        return self._score(index, problems, r, gap)
-
-    def _sample(self, index: int, problems: list[Problem], seed: int, model: torch.nn.Module, version: int) -> Batch:
-        """`problems` sampled G times each with `seed`, scored: one batch (or one shard of it)."""
-        r, gap = self._generate([p.prompt for p in problems], self.cfg.group_size, seed, model, version)
-        return self._score(index, problems, r, gap)
-
-    def _generate(self, prompts: list[str], n: int, seed: int, model: torch.nn.Module, version: int
-                  ) -> tuple[Rollout, float | None]:
-        """`prompts` sampled n times each by `model` as `version`, and the engine's log-prob gap (or None)."""
-        cfg = self.cfg
-        with self.sampler.pinned(model, version) as engine:
-            r = engine.generate(prompts, n=n, temperature=cfg.train.temperature,
-                                max_new_tokens=cfg.train.max_new_tokens, seed=seed)
-        gap = None
-        if not engine.shares_weights:
-            # An engine with its own copy of the weights (vLLM) generated with `model`'s: measure the gap between
-            # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
-            r = r.to(self.device)
-            with torch.no_grad():
-                recomputed = token_logp(model, r, slice(None), cfg.train.temperature, n, self.forward)[0]
-            gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
-            if cfg.model.behavior_logp == "recompute":
-                r.logp_behavior = recomputed * r.response_mask
-        return r, gap
-
-    def _score(self, index: int, problems: list[Problem], r: Rollout, gap: float | None) -> Batch:
-        cfg = self.cfg
-        rewards = torch.tensor([self.task.reward(text, problems[i // cfg.group_size]) for i, text in enumerate(r.texts)])
-        group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
-        return Batch(index, problems, r.to(self.device), rewards.to(self.device), group_ids.to(self.device), gap)
+    def make_batch(self, index: int) -> Batch:
+        """Batch `index` sampled by the current policy (on-policy; benchmarks and tests)."""
+        return self.batches.sample(index, self.model, self.version)
 
     # -- one optimizer update ----------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, float]:
@@ -264,11 +182,12 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------------
     def save(self, path: Path, identity: dict[str, str]) -> None:
-        self.backend.save(path, {"source": self.source.state_dict(), "version": self.version,
+        self.backend.save(path, {"source": self.source.state_dict() if self.source else {}, "version": self.version,
                                  "batches_done": self.batches_done, "identity": identity, "kept": self.kept})
 
-    def load(self, path: Path, identity: dict[str, str]) -> None:
-        """Resume from `path`, refusing a checkpoint of another trial or of another config."""
+    def load(self, path: Path, identity: dict[str, str]) -> dict[str, Any]:
+        """Resume from `path`, refusing a checkpoint of another trial or of another config; returns the
+        state of its staleness source."""
         state = self.backend.load(path)
         if state.get("identity") != identity:
             found = state.get("identity") or {}
@@ -276,8 +195,8 @@ class Trainer:
                                 f"{str(found.get('config_sha256'))[:12]}, not of this trial {identity['trial_id']!r} "
                                 f"with config {identity['config_sha256'][:12]}; delete it to restart the trial, or "
                                 f"rerun with --rerun-changed/--force")
-        self.source.load_state_dict(state["source"])
         self.version, self.batches_done, self.kept = state["version"], state["batches_done"], state.get("kept")
+        return state["source"]
 
     def keep(self, policy_dir: Path, step: int, eval_row: dict[str, float]) -> None:
         """Save the policy (train.save) as a loadable transformers model directory, atomically."""
@@ -295,28 +214,31 @@ class Trainer:
         self.kept = {"path": policy_dir.name, "kind": save, "step": step, "eval_acc": acc}
 
 
-def train(cfg: RunConfig, log: RunLog, start: Callable[..., None], progress: bool = False) -> Outcome:
-    """Run (or resume from its checkpoint) one trial. `start(resume_step, base, eval_set_sha256)` writes
-    the trial's start records (trial.run_trial's lifecycle)."""
-    torch.set_num_threads(cfg.train.threads)
-    trainer = Trainer(cfg)
-    ckpt = log.dir / CHECKPOINT
-    identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
-    if ckpt.exists():
-        trainer.load(ckpt, identity)
-    truncate_side_rows(log.dir, trainer.batches_done)
-    start(trainer.batches_done, trainer.base, trainer.eval_set_sha256)
-    if trainer.batches_done == 0:
-        _evaluate(trainer, log, 0)
-    if cfg.async_ is not None:
-        trainer.start_async()
-    try:
-        outcome = _loop(trainer, log, ckpt, identity, progress)
-    finally:
-        trainer.source.close()
-    if outcome.status == "completed" and trainer.world.is_main:
-        trainer.backend.remove_checkpoint(ckpt)
-    return replace(outcome, extra={"policy": trainer.kept}) if trainer.kept else outcome
+class TrainerRun:
+    """A trial of the LLM trainer, built and resumed from its checkpoint: what the trial's lifecycle records at
+    its start (`resume_step`, `base`, `eval_set_sha256`; trial/lifecycle.py), then `run()`."""
+
+    def __init__(self, cfg: RunConfig, log: RunLog):
+        torch.set_num_threads(cfg.train.threads)
+        self.trainer = trainer = Trainer(cfg)
+        self.log, self.ckpt = log, log.dir / CHECKPOINT
+        self.identity = {"trial_id": log.dir.name, "config_sha256": config_sha256(to_dict(cfg))}
+        self.source_state = trainer.load(self.ckpt, self.identity) if self.ckpt.exists() else None
+        truncate_side_rows(log.dir, trainer.batches_done)
+        self.resume_step, self.base, self.eval_set_sha256 = trainer.batches_done, trainer.base, trainer.eval_set_sha256
+
+    def run(self, progress: bool = False) -> Outcome:
+        trainer, log = self.trainer, self.log
+        if trainer.batches_done == 0:
+            _evaluate(trainer, log, 0)
+        trainer.start_source(self.source_state)
+        try:
+            outcome = _loop(trainer, log, self.ckpt, self.identity, progress)
+        finally:
+            trainer.source.close()
+        if outcome.status == "completed" and trainer.world.is_main:
+            trainer.backend.remove_checkpoint(self.ckpt)
+        return replace(outcome, extra={"policy": trainer.kept}) if trainer.kept else outcome
 
 
 def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], progress: bool) -> Outcome:
@@ -367,10 +289,6 @@ def _evaluate(trainer: Trainer, log: RunLog, step: int) -> None:
         row = trainer.evaluate()
         log.eval(step, row)
         trainer.keep(policy_dir(log.dir), step, row)
-
-
-def _on_cpu(b: Batch) -> Batch:
-    return Batch(b.index, b.problems, b.rollout.to(torch.device("cpu")), b.rewards.cpu(), b.group_ids.cpu(), b.engine_gap)
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

@@ -15,24 +15,44 @@ write to (`target`), so a new mirror is its sink module and its config class wit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from harness.store.tracking.wandb_sink import WandbConfig
+from harness.registry import MIRRORS
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    wandb: WandbConfig | None = None       # also mirror each trial to a W&B run (extra `wandb`)
+    """The section: the config of each mirror it turns on, by its name in the MIRRORS registry (a mirror's
+    config class registers itself there: wandb_sink.WandbConfig; MLflow is always on and no entry)."""
+    entries: tuple[tuple[str, Any], ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        """`tracking.wandb`: the config of the mirror `name`, None when the section does not turn it on."""
+        if name.startswith("_") or name not in MIRRORS:
+            raise AttributeError(name)
+        return dict(self.entries).get(name)
+
+    @staticmethod
+    def parse(data: Mapping[str, Any], key: str, section: Any) -> TrackingConfig:
+        """From the section's mapping; `section(cls, value, key)` builds one mirror's config (the strict
+        loader of the specification)."""
+        entries = []
+        for name, value in data.items():
+            if name not in MIRRORS:
+                from harness.errors import ConfigError
+                raise ConfigError(f"{key}.{name}: unknown key; valid keys: {', '.join(sorted(MIRRORS.names()))}")
+            entries.append((name, section(MIRRORS.get(name), value, f"{key}.{name}")))
+        return TrackingConfig(tuple(entries))
 
     def validate(self, key: str) -> None:
-        if self.wandb is not None:
-            self.wandb.validate(f"{key}.wandb")
+        for name, cfg in self.entries:
+            cfg.validate(f"{key}.{name}")
 
     def mirrors(self) -> list[tuple[str, Any]]:
         """(key, config) of each mirror the section turns on, besides MLflow."""
-        return [(f"tracking.{f.name}", getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None]
+        return [(f"tracking.{name}", cfg) for name, cfg in self.entries]
 
 
 def check_mirrors(cfg: TrackingConfig) -> None:

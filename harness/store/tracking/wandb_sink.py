@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.store import trialdir
 from harness.errors import ConfigError
+from harness.registry import MIRRORS
+from harness.store import trialdir
 
 INSTALL = "pip install 'stalebench[wandb]'"
 WANDB_MODES = ("offline", "online")
 _WANDB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+@MIRRORS.register("wandb")
 @dataclass(frozen=True)
 class WandbConfig:
     project: str = "stalebench"            # the W&B project (letters, digits, '_', '-', '.')
