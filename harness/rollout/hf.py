@@ -80,7 +80,7 @@ class HFEngine:
         self.version = version
 
     def pinned(self, model: torch.nn.Module, version: int) -> contextlib.AbstractContextManager["HFEngine"]:
-        return contextlib.nullcontext(HFEngine(model, self.tokenizer, version))
+        return contextlib.nullcontext(type(self)(model, self.tokenizer, version))
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:

@@ -251,7 +251,7 @@ class LeanEngine:
         self.model, self.version = model, version
 
     def pinned(self, model: torch.nn.Module, version: int) -> contextlib.AbstractContextManager["LeanEngine"]:
-        return contextlib.nullcontext(LeanEngine(model, self.tokenizer, version))
+        return contextlib.nullcontext(type(self)(model, self.tokenizer, version))
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:

@@ -1,0 +1,71 @@
+"""Each kind of component can be added from one file: tests/fixtures/plugin_components.py registers an
+engine, a staleness source, a figure and a tracking mirror through harness/registry.py, and each works end
+to end here (a trial, a report, a mirrored trial) with no other file touched."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from harness.registry import ENGINES, FIGURES, MIRRORS, SOURCES
+from harness.spec.config import build_run_config
+from harness.spec.schema import parse_suite
+from harness.spec.suite import Trial
+from harness.store.tracking import Mirrors, describe_mirrors
+from harness.store.trialdir import read_jsonl
+from harness.trial.lifecycle import run_trial
+
+REGISTRIES = (ENGINES, FIGURES, MIRRORS, SOURCES)
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    """The plugin module, imported afresh; every registry restored after the test."""
+    for registry in REGISTRIES:
+        registry.names()                                   # the built-ins first, as at any first use
+        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    monkeypatch.delitem(sys.modules, "tests.fixtures.plugin_components", raising=False)
+    module = importlib.import_module("tests.fixtures.plugin_components")
+    module.CALLS.clear()
+    module.MIRRORED.clear()
+    return module
+
+
+def test_a_plugin_engine_and_staleness_source_run_a_trial(plugin, tiny_base, tmp_path):
+    cfg = build_run_config({**tiny_base, "model": {**tiny_base["model"], "engine": "counting"}, "delay": 7})
+    status = run_trial(Trial("t", {"seed": 0}, cfg), tmp_path)
+    assert status["status"] == "completed"
+    assert plugin.CALLS.count("lag-one") == 1
+    assert plugin.CALLS.count("generate") >= cfg.train.steps          # every batch and evaluation sampled by it
+    stale = [row["stale/max"] for row in read_jsonl(tmp_path / "t" / "metrics.jsonl")]
+    assert stale == [0.0] + [1.0] * (cfg.train.steps - 1)               # lag one, not the configured seven
+
+
+def test_an_unknown_engine_lists_the_plugin_one(plugin):
+    from harness.spec.config import ConfigError
+    with pytest.raises(ConfigError, match="model.engine: 'nope' is not valid; choose one of hf, vllm, counting"):
+        build_run_config({"model": {"engine": "nope"}})
+
+
+def test_a_plugin_figure_is_drawn_in_the_report(plugin, tmp_path):
+    from harness.report.html import build_report
+    from tests.fixtures.synthetic_results import write_suite
+
+    suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0, 8), (0, 1), steps=10)
+    index = build_report(suite, tmp_path / "report")
+    assert '<img src="trial_count.png"' in index.read_text()
+    figures = json.loads((tmp_path / "report" / "results.json").read_text())["figures"]
+    assert any(f["title"] == "Trials per estimator" for f in figures)
+    assert (tmp_path / "report" / "trial_count.png").stat().st_size > 1000
+
+
+def test_a_plugin_mirror_is_a_tracking_section_and_receives_a_trials_rows(plugin, tiny_base, tmp_path):
+    suite = parse_suite({"suite": "s", "base": tiny_base, "tracking": {"memory": {"label": "here"}}})
+    assert suite.tracking.memory == plugin.MemoryConfig("here")
+    assert describe_mirrors(suite.tracking) == "MLflow and an in-memory mirror (here)"
+    mirror = Mirrors(tuple(cfg.target("s", tmp_path) for _, cfg in suite.tracking.mirrors()))
+    run_trial(Trial("t", {"seed": 0}, build_run_config(tiny_base)), tmp_path, mirror=mirror)
+    steps = [step for trial, step in plugin.MIRRORED if trial == "t"]
+    assert list(range(1, tiny_base["train"]["steps"] + 1)) == sorted({s for s in steps if s > 0}) and -1 in steps
