@@ -43,7 +43,7 @@ def worker(steps: int, warmup: int) -> None:
     numerics.warn_once(numerics.pin())
     import torch
 
-    from harness.spec.suite import expand, load_suite_file, select
+    from harness.config.expand import expand, load_suite_file, select
     from harness.trial.trainer import Trainer
 
     torch.set_num_threads(1)

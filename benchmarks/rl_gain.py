@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from harness.spec.config import build_run_config
+from harness.config.run import build_run_config
 from harness.trial.trainer import Trainer
 
 

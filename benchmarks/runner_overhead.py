@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from harness.spec.config import set_dotted
+from harness.config.run import set_dotted
 from harness.store.trialdir import read_status
-from harness.spec.suite import Suite, expand, load_suite_file
+from harness.config.expand import Suite, expand, load_suite_file
 
 
 def shrink(suite: Suite, trials: int | None, steps: int | None, concurrent: int) -> Suite:

@@ -30,8 +30,8 @@ numerics.pin()   # the trials' float path (STALEBENCH_FLOAT_PATH=native: MKL and
 
 import torch  # noqa: E402
 
-from harness.spec.config import build_run_config
-from harness.spec.suite import load_suite_file
+from harness.config.run import build_run_config
+from harness.config.expand import load_suite_file
 from harness.trial.trainer import Trainer
 
 SHAPES = [(1024, 1024, 1024), (1024, 128, 384), (1024, 128, 1024), (1024, 512, 128), (128, 128, 1024)]

@@ -48,7 +48,7 @@ numerics.pin()   # the trials' float path for both systems (STALEBENCH_FLOAT_PAT
 
 import torch  # noqa: E402
 
-from harness.spec.config import RunConfig, build_run_config
+from harness.config.run import RunConfig, build_run_config
 from harness.bases.models import load_model, model_path
 from harness.tasks import make_task
 from harness.trial.trainer import Trainer

@@ -32,8 +32,8 @@ numerics.pin()
 
 import torch  # noqa: E402
 
-from harness.spec.config import build_run_config
-from harness.spec.suite import load_suite_file
+from harness.config.run import build_run_config
+from harness.config.expand import load_suite_file
 from harness.trial.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -64,14 +64,14 @@ def results_dir(arg: str, results_root: Path) -> Path:
     if (results_root / arg).is_dir():
         return results_root / arg
     if path.is_file() or (Path("suites") / f"{arg}.yaml").is_file():
-        from harness.spec.schema import read_suite_yaml
+        from harness.config.suite import read_suite_yaml
         return results_root / read_suite_yaml(suite_file(arg)).name
     raise ConfigError(f"{arg}: no suite results found ({SUITE_HELP})")
 
 
 def _load(args):
     """The suite of the command line and its trials, validated and expanded once."""
-    from harness.spec.suite import MAX_TRIALS, load_suite_trials
+    from harness.config.expand import MAX_TRIALS, load_suite_trials
     return load_suite_trials(suite_file(args.suite), args.sets, args.max_trials or MAX_TRIALS, args.overrides)
 
 
@@ -197,7 +197,7 @@ def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = F
 
 def _cmd_train(args) -> int:
     from harness.suite.session import SuiteSession
-    from harness.spec.suite import select
+    from harness.config.expand import select
     from harness.trial.lifecycle import TrialFailed, run_trial
     from harness.store.trialdir import ERROR_LOG
 
@@ -325,7 +325,7 @@ def _cmd_build_base(args) -> int:
 
     import yaml
 
-    from harness.spec.config import from_dict
+    from harness.config.run import from_dict
     from harness.bases import BASES_DIR
     from harness.bases.models import BaseRecipe, build_base
 

@@ -12,7 +12,7 @@ implementation registers itself where it is defined, with the registry's decorat
 A registry refuses a second entry under one name and answers an unknown name with one line that lists the
 valid ones (`check`: the config's validation asks it, as it asks `algorithms.loss_names()` for
 estimators, whose registry is algorithms/registry.py). A registry imports its homes on first use, so
-the specification can check a name without importing the trainer, and a plugin (`stalebench --plugin
+the configuration can check a name without importing the trainer, and a plugin (`stalebench --plugin
 my_pkg`) adds entries by importing this module and calling `register`: a new component is its own file
 (docs/contributing.md).
 

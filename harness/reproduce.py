@@ -32,9 +32,9 @@ from typing import Any
 from harness.trial import numerics
 
 from harness.store import trialdir
-from harness.spec.config import ConfigError, RunConfig, to_dict
+from harness.config.run import ConfigError, RunConfig, to_dict
 from harness.store.archive import ARCHIVE_NAME as ARCHIVE, open_archive
-from harness.spec.suite import Suite, Trial, load_suite_trials, select_trials
+from harness.config.expand import Suite, Trial, load_suite_trials, select_trials
 from harness.store.trialdir import SUITE_FILE
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
 

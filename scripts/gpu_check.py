@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from gpu_trainer_check import gpu_run_config, qwen3_shaped, step_means           # scripts/ is on sys.path when run as a script
 
-from harness.spec.suite import Trial
+from harness.config.expand import Trial
 from harness.trial.lifecycle import run_trial
 from harness.store.trialdir import read_jsonl
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from harness.spec.config import build_run_config
+from harness.config.run import build_run_config
 from harness.bases.models import char_tokenizer
-from harness.spec.suite import Trial
+from harness.config.expand import Trial
 from harness.tasks.synthetic import ADDREV_VOCAB
 from harness.trial.lifecycle import run_trial
 from harness.store.trialdir import read_jsonl

@@ -45,7 +45,7 @@ PHASES = ("sampling", "sync", "speed", "train", "async")
 
 
 def default_model() -> str:
-    from harness.spec.config import ModelConfig
+    from harness.config.run import ModelConfig
     from harness.bases.models import model_path
     return str(model_path(ModelConfig()))
 
@@ -129,7 +129,7 @@ def engine_phases(model_dir: str) -> dict:
 
 
 def train_phase(model_dir: str, asynchronous: bool) -> dict:
-    from harness.spec.config import build_run_config
+    from harness.config.run import build_run_config
     from harness.store.tracking import RunLog
     from harness.trial.trainer import TrainerRun
     from harness.store.trialdir import read_jsonl

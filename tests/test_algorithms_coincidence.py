@@ -76,7 +76,7 @@ def test_a_suites_coincidences_are_written_read_and_marked_in_the_report(tmp_pat
     from harness.store import trialdir
     from harness.report.load import load_results
     from tests.fixtures.synthetic_results import provenance, write_suite
-    from harness.spec.suite import expand, load_suite_file
+    from harness.config.expand import expand, load_suite_file
 
     data = {"suite": "coin", "version": 1,
             "base": {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}},

@@ -31,7 +31,7 @@ OTHER_MEANINGS = {("harness/tasks/benchmarks.py", "benchmarks"): "the shared ben
                   ("harness/report/html.py", "results.json"): "the report's bundle, reports/<suite>/results.json"}
 # The modules that may know that a run config can be an estimator-lab one (the `lab` kind and its package,
 # the run config that declares the section, the kind registry): everyone else asks the trial's kind.
-LAB_KNOWERS = ("harness.lab", "harness.spec.lab", "harness.store.trialdir")
+LAB_KNOWERS = ("harness.lab", "harness.config.lab", "harness.store.trialdir")
 
 
 def _modules() -> dict[str, Path]:
@@ -132,7 +132,7 @@ def test_no_import_cycle_among_harness_modules():
 # bases) sit below the specification that names them; the lab, a kind of trial with its own report
 # sections, sits above the report and registers itself into both.
 LAYERS = (("harness", "harness.errors", "harness.registry"), ("harness.store",), ("harness.tasks", "harness.rollout"),
-          ("harness.bases",), ("harness.spec",), ("harness.trial",), ("harness.suite",), ("harness.report",),
+          ("harness.bases",), ("harness.config",), ("harness.trial",), ("harness.suite",), ("harness.report",),
           ("harness.lab",), ("harness.evaluation", "harness.reproduce", "harness.cli"))
 
 
@@ -149,9 +149,9 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_layer_check_finds_an_upward_import():
-    assert upward_imports({"harness.spec.config": {"harness.report.collapse"}}) == \
-        ["harness.spec.config -> harness.report.collapse"]
-    assert upward_imports({"harness.report.html": {"harness.spec.schema"}}) == []
+    assert upward_imports({"harness.config.run": {"harness.report.collapse"}}) == \
+        ["harness.config.run -> harness.report.collapse"]
+    assert upward_imports({"harness.report.html": {"harness.config.suite"}}) == []
 
 
 def test_imports_only_go_down():
@@ -225,7 +225,7 @@ def lab_branches(tree: ast.AST) -> list[ast.AST]:
 
 
 def test_no_module_outside_the_trial_kinds_branches_on_lab():
-    """A lab trial differs from an LLM trial behind harness/spec/kinds.py's interface (validate, run, needs a base,
+    """A lab trial differs from an LLM trial behind harness/config/kinds.py's interface (validate, run, needs a base,
     after-suite step, report sections); no other module asks whether a config is a lab one."""
     offenders = [f"{path.relative_to(REPO)}:{n.lineno}" for name, path in _modules().items()
                  if not name.startswith(LAB_KNOWERS) for n in lab_branches(ast.parse(path.read_text()))]
@@ -234,10 +234,10 @@ def test_no_module_outside_the_trial_kinds_branches_on_lab():
 
 def test_one_reader_of_suite_files():
     """The suite file is parsed by the schema only: no other module builds a Suite or reads a suite's YAML
-    itself (harness/spec/schema.py's parse_suite / read_suite_yaml; suite.py adds --set and expansion)."""
+    itself (harness/config/suite.py's parse_suite / read_suite_yaml; suite.py adds --set and expansion)."""
     offenders = []
     for name, path in _modules().items():
-        if name in ("harness.spec.schema", "harness.spec.suite"):
+        if name in ("harness.config.suite", "harness.config.expand"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Suite":

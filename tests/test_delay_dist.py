@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from harness.spec.config import ConfigError, build_run_config
-from harness.spec.delays import DelayDistribution
-from harness.spec.suite import Suite, expand
+from harness.config.run import ConfigError, build_run_config
+from harness.config.delays import DelayDistribution
+from harness.config.expand import Suite, expand
 from harness.trial.trainer import Trainer
 
 from test_trainer import run, strip_perf

@@ -214,8 +214,8 @@ def test_kept_policy_is_evaluated_and_logged_to_its_trial_run(tiny_base, tmp_pat
     from mlflow.tracking import MlflowClient
 
     from harness.cli import main
-    from harness.spec.config import build_run_config
-    from harness.spec.suite import Trial
+    from harness.config.run import build_run_config
+    from harness.config.expand import Trial
     from harness.store.tracking import default_tracking_uri, open_suite_run
     from harness.trial.lifecycle import MlflowTarget, run_trial
 

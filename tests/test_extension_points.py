@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from harness.registry import ENGINES, FIGURES, MIRRORS, SOURCES
-from harness.spec.config import build_run_config
-from harness.spec.schema import parse_suite
-from harness.spec.suite import Trial
+from harness.config.run import build_run_config
+from harness.config.suite import parse_suite
+from harness.config.expand import Trial
 from harness.store.tracking import Mirrors, describe_mirrors
 from harness.store.trialdir import read_jsonl
 from harness.trial.lifecycle import run_trial
@@ -44,7 +44,7 @@ def test_a_plugin_engine_and_staleness_source_run_a_trial(plugin, tiny_base, tmp
 
 
 def test_an_unknown_engine_lists_the_plugin_one(plugin):
-    from harness.spec.config import ConfigError
+    from harness.config.run import ConfigError
     with pytest.raises(ConfigError, match="model.engine: 'nope' is not valid; choose one of hf, vllm, counting"):
         build_run_config({"model": {"engine": "nope"}})
 

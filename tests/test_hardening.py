@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 
-from harness.spec.config import ConfigError
-from harness.spec.suite import Resources, Trial, expand, load_suite_file
+from harness.config.run import ConfigError
+from harness.config.expand import Resources, Trial, expand, load_suite_file
 from harness.trial.lifecycle import TrialFailed, run_trial
 from harness.store.trialdir import read_jsonl
 
@@ -86,7 +86,7 @@ def test_malicious_checkpoint_is_refused_without_running_code(tmp_path, tiny_bas
 
 def _checkpoint_for(trial: Trial, path: Path) -> None:
     """A genuine checkpoint of `trial` at step 0 (Trainer.save with that trial's identity)."""
-    from harness.spec.config import to_dict
+    from harness.config.run import to_dict
     from harness.trial.trainer import Trainer
     from harness.store.trialdir import config_sha256
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.spec.config import ConfigError
-from harness.spec.suite import expand, parse_suite
+from harness.config.run import ConfigError
+from harness.config.expand import expand, parse_suite
 from harness.trial.lifecycle import check_identity, run_trial
 from harness.store.trialdir import SUPERSEDED, config_changes
 

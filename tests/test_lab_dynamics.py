@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec.config import ConfigError, build_run_config
+from harness.config.run import ConfigError, build_run_config
 from harness.lab.dynamics import LabRun
 from harness.store.tracking import RunLog
 from harness.store.trialdir import read_jsonl
@@ -88,7 +88,7 @@ def test_lab_config_errors_name_the_key(lab, key):
 
 
 def test_the_lab_suite_loads_and_expands():
-    from harness.spec.suite import expand, load_suite_file
+    from harness.config.expand import expand, load_suite_file
 
     suite = load_suite_file(REPO / "suites" / "estimator-lab.yaml")
     trials = expand(suite)

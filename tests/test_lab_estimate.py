@@ -162,7 +162,7 @@ def test_a_draw_is_the_trainers_batch_gradient(name):
     M2PO's mask (m2po_mask) and BAPO's bounds are batch statistics: the mean of their one-group gradients (what the
     lab measured before, batch_groups = 1) is a different estimator, and this pair makes them differ.
     """
-    from harness.spec.config import build_run_config
+    from harness.config.run import build_run_config
     from harness.lab.dynamics import train_step
 
     K, G, lr = 4, 3, 0.5

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.spec.config import build_run_config
+from harness.config.run import build_run_config
 from harness.lab.dynamics import LabRun
 from harness.lab.report import lab_sections
 from harness.lab.results import fit_power, read_trials
@@ -221,7 +221,7 @@ def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypa
     """`stalebench run` of a lab suite whose trials all finished starts no trial (and no Ray) and only
     computes the sweeps the report will read; run again, it finds them up to date."""
     from harness.cli import main
-    from harness.spec.suite import expand, load_suite_file
+    from harness.config.expand import expand, load_suite_file
     from harness.trial.lifecycle import run_trial
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

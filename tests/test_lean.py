@@ -6,7 +6,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from harness.bases import BASES_DIR, base_identity
-from harness.spec.config import ConfigError, build_run_config
+from harness.config.run import ConfigError, build_run_config
 from harness.bases.models import char_tokenizer, load_model
 from harness.rollout import make_engine, response_logits
 from harness.rollout.hf import HFEngine

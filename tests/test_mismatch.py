@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.spec.config import ConfigError, build_run_config
+from harness.config.run import ConfigError, build_run_config
 from harness.bases.models import load_model
 from harness.rollout.mismatch import MismatchEngine, perturbed_copy, truncate_logits
 from harness.rollout import token_logp

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.spec.config import build_run_config
+from harness.config.run import build_run_config
 from harness.suite.plan import _step_seconds, gpu_projection, model_parameters
-from harness.spec.suite import load_suite_trials
+from harness.config.expand import load_suite_trials
 
 
 def test_model_parameters_from_the_name_when_no_config_is_there(tmp_path):

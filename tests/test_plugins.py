@@ -43,7 +43,7 @@ def test_an_installed_plugin_estimator_is_registered_and_meets_the_contract(inst
 
 
 def test_a_plugin_estimator_trains_in_a_suite_like_a_built_in_one(installed_plugin, tiny_base, tmp_path):
-    from harness.spec.suite import expand, parse_suite
+    from harness.config.expand import expand, parse_suite
     from harness.trial.lifecycle import run_trial
     from harness.store.trialdir import read_jsonl
 

@@ -371,7 +371,7 @@ def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_
 
 
 def test_a_tuned_table_states_each_estimators_step_size_and_an_untuned_one_does_not():
-    from harness.spec.schema import parse_suite
+    from harness.config.suite import parse_suite
 
     def suite(**extra):
         return parse_suite({"suite": "s", "version": 1, "base": {"train": {"lr": 1e-4}}, "seeds": [0],

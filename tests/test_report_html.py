@@ -276,7 +276,7 @@ def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
 def test_a_lab_report_only_reads(tmp_path):
     """An estimator-lab suite's report (its trials and the sweeps `stalebench run` stored) is rendered
     without torch or the lab's computing modules, with the lab section in the page's own templates."""
-    from harness.spec.config import build_run_config
+    from harness.config.run import build_run_config
     from harness.lab.dynamics import LabRun
     from harness.lab.sweeps import store_sweeps
     from harness.store.tracking import RunLog

@@ -14,7 +14,7 @@ from harness.store import trialdir
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.reproduce import reproduce, run_in_process
-from harness.spec.suite import expand, load_suite_file
+from harness.config.expand import expand, load_suite_file
 
 
 @pytest.fixture(scope="module")

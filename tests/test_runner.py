@@ -23,9 +23,9 @@ import pytest
 import torch
 import yaml
 
-from harness.spec.config import ConfigError
+from harness.config.run import ConfigError
 from harness.suite.status import ProgressLine, suite_status
-from harness.spec.suite import expand, load_suite_file, parse_suite
+from harness.config.expand import expand, load_suite_file, parse_suite
 from harness.store.tracking import MlflowSink, RunLog, open_suite_run
 from harness.store.trialdir import read_jsonl
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.spec.config import ConfigError
-from harness.spec.suite import expand, load_suite_file, parse_suite, select, trial_id
+from harness.config.run import ConfigError
+from harness.config.expand import expand, load_suite_file, parse_suite, select, trial_id
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}}
@@ -162,7 +162,7 @@ BAD = [
     ("bad-max-failures", suite_dict(resources={"max_failures": -2}), "resources.max_failures: must be between 0 and 10"),
     ("colliding-ids", suite_dict(grid={"eps": [0.2, "0.2"]}), "get the same id"),
     ("notes-not-string", suite_dict(notes=["a"]), "notes: expected a string"),
-    # every section is the schema's (harness/spec/schema.py), checked by `stalebench check`, not after the run
+    # every section is the schema's (harness/config/suite.py), checked by `stalebench check`, not after the run
     ("report-unknown-key", suite_dict(report={"colapse": {}}), "report.colapse: unknown key; valid keys: baseline"),
     ("report-bad-rule", suite_dict(report={"collapse": {"patience": 0}}), "report.collapse.patience must be an integer"),
     ("report-unknown-rule", suite_dict(report={"collapse": {"patiense": 2}}), "report.collapse: unknown collapse rule"),
@@ -220,7 +220,7 @@ def test_cli_bad_suite_exit_2_one_line_nothing_written(tmp_path, name):
 
 def test_the_suite_schema_imports_no_torch():
     """The schema (and so the report's reading of suite.yaml) parses a suite with every section without torch."""
-    code = ("import sys; from harness.spec.schema import read_suite_yaml; s = read_suite_yaml('suites/tune-lr.yaml'); "
+    code = ("import sys; from harness.config.suite import read_suite_yaml; s = read_suite_yaml('suites/tune-lr.yaml'); "
             "assert s.tune is not None and s.report.baseline; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'algorithms', 'ray')))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -230,7 +230,7 @@ def test_the_suite_schema_imports_no_torch():
 
 
 def test_parallel_trials_is_one_count_of_what_fits():
-    from harness.spec.schema import Resources
+    from harness.config.suite import Resources
 
     assert Resources(cpu=2).parallel_trials(7) == 3                        # 7 // 2
     assert Resources(cpu=4).parallel_trials(2) == 1                        # none fits: still one at a time
@@ -241,8 +241,8 @@ def test_parallel_trials_is_one_count_of_what_fits():
 
 
 def test_trial_kinds_answer_for_their_configs():
-    from harness.spec.config import build_run_config
-    from harness.spec.kinds import kind_of
+    from harness.config.run import build_run_config
+    from harness.config.kinds import kind_of
 
     llm, lab = build_run_config(BASE), build_run_config({**BASE, "lab": {"measure_groups": 0}})
     assert (kind_of(llm).name, kind_of(lab).name) == ("llm", "lab")

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness.spec import trace as trace_mod
+from harness.config import trace as trace_mod
 from harness.store import trialdir
-from harness.spec.config import ConfigError, build_run_config
+from harness.config.run import ConfigError, build_run_config
 
 from test_trainer import run, strip_perf
 
@@ -120,7 +120,7 @@ def test_a_lag_beyond_max_is_refused(tiny_base, tmp_path):
 def test_the_staleness_suites_load(monkeypatch):
     from pathlib import Path
 
-    from harness.spec.suite import expand, load_suite_file
+    from harness.config.expand import expand, load_suite_file
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)                          # trace paths are relative to where stalebench runs
     ids = {name: [t.trial_id for t in expand(load_suite_file(f"suites/{name}.yaml"))]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.spec.config import ConfigError
-from harness.spec.suite import Trial, load_suite_file, parse_suite
+from harness.config.run import ConfigError
+from harness.config.expand import Trial, load_suite_file, parse_suite
 from harness.store.tracking import Mirrors, MlflowTarget, WandbTarget, open_suite_run, require_wandb
 from harness.store.tracking.wandb_sink import WandbConfig
 from harness.store.tracking.wandb_sink import WandbSink, run_id
@@ -54,7 +54,7 @@ def test_tracking_is_not_part_of_a_trials_identity(tmp_path):
     plain, mirrored = tmp_path / "a.yaml", tmp_path / "b.yaml"
     plain.write_text(yaml.safe_dump({k: v for k, v in _suite({}).items() if k != "tracking"}))
     mirrored.write_text(yaml.safe_dump(_suite({"wandb": {"mode": "offline"}})))
-    from harness.spec.suite import expand
+    from harness.config.expand import expand
     (a,), (b,) = expand(load_suite_file(plain)), expand(load_suite_file(mirrored))
     assert (a.trial_id, a.config) == (b.trial_id, b.config)
 
@@ -180,7 +180,7 @@ def test_a_trial_mirrored_to_mlflow_and_wandb_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="needs the `wandb` extra: pip install 'stalebench[wandb]'")
     from mlflow.tracking import MlflowClient
 
-    from harness.spec.config import build_run_config
+    from harness.config.run import build_run_config
     from harness.trial.lifecycle import mirror_params, run_trial
     from harness.store.trialdir import read_evals, read_metrics
 

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from harness.spec.config import build_run_config
+from harness.config.run import build_run_config
 from harness.bases.models import load_model
 from harness.rollout.hf import HFEngine
-from harness.spec.suite import Trial
+from harness.config.expand import Trial
 from harness.trial.lifecycle import run_trial
 from harness.store.trialdir import read_jsonl
 from harness.trial import trainer as trainer_mod

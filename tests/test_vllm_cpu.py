@@ -25,7 +25,7 @@ GAP_TOL = 1e-4                       # scripts/vllm_cpu_check.py GAP_TOL, where 
 def base_model_dir() -> str:
     if os.environ.get("STALEBENCH_VLLM_CHECK_MODEL"):
         return os.environ["STALEBENCH_VLLM_CHECK_MODEL"]
-    from harness.spec.config import ModelConfig
+    from harness.config.run import ModelConfig
     from harness.bases.models import model_path
     return str(model_path(ModelConfig()))
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 import yaml
 
-from harness.spec.config import ConfigError, build_run_config
-from harness.spec.suite import Resources, Trial, load_suite_file
+from harness.config.run import ConfigError, build_run_config
+from harness.config.expand import Resources, Trial, load_suite_file
 from harness.trial.lifecycle import run_trial, run_trial_worker
 from harness.store.trialdir import read_jsonl, read_status
 

@@ -1,4 +1,4 @@
-"""Tests for harness.spec.yamlio: every refusal is a one-line ConfigError, and hostile input stays cheap."""
+"""Tests for harness.config.yamlio: every refusal is a one-line ConfigError, and hostile input stays cheap."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec.config import ConfigError
-from harness.spec.yamlio import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, SHORT_CHARS, load_yaml_file,
+from harness.config.run import ConfigError
+from harness.config.yamlio import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, SHORT_CHARS, load_yaml_file,
                             load_yaml_text, read_text_file, short)
 
 
@@ -192,7 +192,7 @@ def test_imports_only_stdlib_yaml_and_errors() -> None:
     import ast
     import sys
 
-    import harness.spec.yamlio as module
+    import harness.config.yamlio as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

@@ -52,7 +52,7 @@ def verify_base(path: Path) -> dict:
 
 def base_identity(model: Any) -> tuple[Path, dict]:
     """(local directory, {"name", "sha256"}) of the run's starting checkpoint (`model`: a
-    harness.spec.config.ModelConfig), verified.
+    harness.config.run.ModelConfig), verified.
 
     `model.kind: tiny` is a frozen base shipped in harness/bases/ (checked against its manifest);
     `model.kind: path` is any local transformers model, identified by the sha256 of its weight files.

@@ -3,7 +3,7 @@ synthetic policies, where J, ∇J, KL, χ² and the target gradient are exact.
 
 Modules (see harness/lab/README.md for the definitions and how to run it):
     config.py    LabConfig, the `lab:` section of a run config, and what a lab trial refuses (torch-free)
-    kind.py      the lab as a trial kind (harness/spec/kinds.py): validate, run, after-suite sweeps, report section
+    kind.py      the lab as a trial kind (harness/config/kinds.py): validate, run, after-suite sweeps, report section
     policy.py    the synthetic problem: tabular autoregressive softmax over V^L sequences; exact J, ∇J, KL
     estimate.py  per-draw (one batch) estimator gradients through algorithms.compute_loss; the exact target g*;
                  Monte Carlo bias / second moment / MSE with standard errors

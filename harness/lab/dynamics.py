@@ -48,10 +48,10 @@ from algorithms import LossInputs, compute_loss, group_advantages
 
 from harness.lab import estimate, policy
 from harness.store.trialdir import Outcome
-from harness.spec.lab import LabConfig, check_supported
+from harness.config.lab import LabConfig, check_supported
 
 if TYPE_CHECKING:
-    from harness.spec.config import RunConfig
+    from harness.config.run import RunConfig
     from harness.store.tracking import RunLog
 
 MEASURE_KEYS = ("bias_true", "bias_tis", "bias_is", "second_moment", "mse", "cosine")

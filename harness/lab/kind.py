@@ -1,4 +1,4 @@
-"""The estimator lab as a trial kind (harness/spec/kinds.py): a run config with a `lab:` section trains a
+"""The estimator lab as a trial kind (harness/config/kinds.py): a run config with a `lab:` section trains a
 synthetic tabular policy (dynamics.py) instead of an LLM. Torch-free until a trial runs.
 
     validate        lab/config.check_supported: the run-config settings a lab trial cannot honour
@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.registry import KINDS
-from harness.spec.lab import check_supported
+from harness.config.lab import check_supported
 
 if TYPE_CHECKING:
-    from harness.spec.config import RunConfig
-    from harness.spec.kinds import Run
+    from harness.config.run import RunConfig
+    from harness.config.kinds import Run
 
 
 @KINDS.register("lab")

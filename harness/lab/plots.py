@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
 from harness.report.plotting import Style, estimator_style
-from harness.spec.schema import DEFAULT_BASELINE
+from harness.config.suite import DEFAULT_BASELINE
 from harness.lab.results import LabTrial, bias_ci
 
 DPI = 90

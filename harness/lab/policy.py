@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from harness.spec.lab import REWARD_KINDS
+from harness.config.lab import REWARD_KINDS
 
 DTYPE = torch.float64
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.store import trialdir
-from harness.spec.schema import read_suite_yaml
+from harness.config.suite import read_suite_yaml
 from harness.lab import plots as figures
 from harness.lab.results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
 from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs

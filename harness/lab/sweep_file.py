@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.spec.config import to_dict
+from harness.config.run import to_dict
 from harness.errors import ConfigError
-from harness.spec.schema import Suite, read_suite_yaml
+from harness.config.suite import Suite, read_suite_yaml
 from harness.store.trialdir import LAB_DIR, suite_file
 
 SWEEP_FILE = Path(LAB_DIR) / "sweeps.json"

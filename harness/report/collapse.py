@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.spec.collapse import CollapseRules
+from harness.config.collapse import CollapseRules
 
 
 @dataclass(frozen=True)

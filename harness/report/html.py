@@ -31,7 +31,7 @@ from harness.report import importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
-from harness.spec.schema import DEFAULT_BASELINE
+from harness.config.suite import DEFAULT_BASELINE
 from harness.report.sections import Section, report_sections
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 

@@ -36,7 +36,7 @@ import pandas as pd
 from harness.store import trialdir
 from harness.errors import ConfigError
 from harness.report.parallel import fork_map
-from harness.spec.schema import ReportSection, Suite, read_suite_yaml
+from harness.config.suite import ReportSection, Suite, read_suite_yaml
 
 TRIAL_FILES = trialdir.RECORD
 METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean")  # per-step metrics the report uses

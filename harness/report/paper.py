@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.spec.config import TrainConfig
+from harness.config.run import TrainConfig
 from harness.report import resolve, stats
 from harness.report.render import DASH, show
 from harness.report.tables import Analysis, _sort_key
-from harness.spec.schema import Suite
+from harness.config.suite import Suite
 
 FILES = {"markdown": "paper_table.md", "latex": "paper_table.tex", "text": "paper_table.txt"}
 

@@ -9,7 +9,7 @@
         status.json       running | completed | diverged | failed, the step reached, the config hash
         error.log         the traceback of a failed trial; checkpoint.pt: the trainer's resumable state
         trace.jsonl       the policy version of every response, one row per step (trials whose batches mix
-                          versions or are generated asynchronously; format: harness/spec/trace.py)
+                          versions or are generated asynchronously; format: harness/config/trace.py)
         is_hist.jsonl     per-step histograms of the token log-ratio log ρ (docs/metrics.md)
         policy/           the kept policy (train.save), a transformers model directory
         benchmarks/results.json   its benchmark scores (`stalebench eval --trial`)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.spec.suite import on_policy
+from harness.config.expand import on_policy
 from harness.store.trialdir import read_object, write_atomic
 
 FILE = "coincidences.json"
@@ -28,7 +28,7 @@ def _label(name: str, eps: float, params: dict[str, Any], varying: dict[str, boo
 
 
 def compute(trials: list) -> dict[str, Any]:
-    """The coincidence record of a suite's expanded trials (harness.spec.suite.Trial) at delay > 0."""
+    """The coincidence record of a suite's expanded trials (harness.config.expand.Trial) at delay > 0."""
     from algorithms.coincidence import Regime, coinciding
 
     configs: dict[tuple, dict[tuple, tuple]] = {}      # (updates, aggregation) -> key -> (name, eps, params)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bases import MANIFEST, BaseModelError
-from harness.spec.config import build_run_config
+from harness.config.run import build_run_config
 from harness.bases.models import CANDIDATES, record_candidate, save_base, warm_start_base
 from harness.tasks import make_task
 from harness.trial.trainer import TrainerRun

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.store import trialdir
 from harness.trial import numerics
-from harness.spec.suite import Suite, Trial, expand, select_trials, trial_count
+from harness.config.expand import Suite, Trial, expand, select_trials, trial_count
 
 # s per 128-response step and per held-out evaluation inside a suite on the 2-core machine, transformers forward,
 # native float path; the lean forward's speed-up over it per task; the pinned path's cost over the native one;

@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.spec.kinds import kind_of
-from harness.spec.schema import Suite
-from harness.spec.suite import Trial
-from harness.store.tracking.config import check_mirrors
+from harness.config.kinds import kind_of
+from harness.config.suite import Suite
+from harness.config.expand import Trial
+from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity
 from harness.store.trialdir import FINAL, SUITE_FILE, read_status, suite_results_dir
 

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.spec.config import ConfigError
+from harness.config.run import ConfigError
 from harness.store import trialdir
 from harness.store.trialdir import ENDED, PENDING, TrialRecord, is_trial_dir, last_step, read_record
-from harness.spec.schema import read_suite_yaml
+from harness.config.suite import read_suite_yaml
 
 ORDER = ("running", "failed", "diverged", "completed", PENDING)
 
@@ -132,7 +132,7 @@ def _expected_trials(results_dir: Path) -> dict[str, int]:
     path = trialdir.suite_file(results_dir)
     if not path.exists():
         return {}
-    from harness.spec.suite import expand
+    from harness.config.expand import expand
     try:
         return {t.trial_id: t.config.train.steps for t in expand(read_suite_yaml(path))}
     except ConfigError:

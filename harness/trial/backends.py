@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from harness.registry import BACKENDS
-from harness.spec.config import RunConfig
+from harness.config.run import RunConfig
 from harness.trial.world import Group, Solo
 
 

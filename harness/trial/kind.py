@@ -1,4 +1,4 @@
-"""The LLM trainer as a trial kind (harness/spec/kinds.py): the default kind, claiming every config."""
+"""The LLM trainer as a trial kind (harness/config/kinds.py): the default kind, claiming every config."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from harness.registry import KINDS
 
 if TYPE_CHECKING:
-    from harness.spec.config import RunConfig
-    from harness.spec.kinds import Run
+    from harness.config.run import RunConfig
+    from harness.config.kinds import Run
 
 
 @KINDS.register("llm")

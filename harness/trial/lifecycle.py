@@ -19,9 +19,9 @@ from typing import Any
 
 from harness.store import provenance, trialdir
 from harness.trial import numerics
-from harness.spec.config import ConfigError, RunConfig, flatten, to_dict
-from harness.spec.kinds import kind_of
-from harness.spec.suite import Trial
+from harness.config.run import ConfigError, RunConfig, flatten, to_dict
+from harness.config.kinds import kind_of
+from harness.config.expand import Trial
 from harness.store.tracking import MlflowTarget, RunLog, Target  # noqa: F401 — MlflowTarget: callers import it from here
 
 ON_CHANGE = ("error", "rerun-changed", "force")

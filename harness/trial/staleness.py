@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import torch
 
 from harness.registry import SOURCES
-from harness.spec.config import RunConfig
-from harness.spec.delays import DelayDistribution
+from harness.config.run import RunConfig
+from harness.config.delays import DelayDistribution
 
 if TYPE_CHECKING:
     from harness.trial.batches import Batch, Batches
@@ -46,7 +46,7 @@ def behavior_versions(delay: DelayDistribution, seed: int, updates_per_batch: in
     D_i drawn from `delay` (seeded by the trial seed and s), or the versions a trace recorded."""
     k = updates_per_batch
     if delay.dist == "trace":
-        from harness.spec.trace import read_trace
+        from harness.config.trace import read_trace
         trace = read_trace(delay.path, prompts * group_size, updates_per_batch=k, max_lag=delay.max, steps=steps)
         return lambda s: trace[s]
     return lambda s: [max(0, k * s - d) for d in delay.lags(seed, s, prompts, group_size)]
@@ -97,7 +97,7 @@ class DelayBuffer:
 
 
 class MixedDelayBuffer:
-    """Batches whose responses come from several policy versions (harness/spec/delays.py, harness/spec/trace.py)."""
+    """Batches whose responses come from several policy versions (harness/config/delays.py, harness/config/trace.py)."""
     records_versions = True                    # the trial writes its trace (trialdir.TRACE)
 
     def __init__(self, model: torch.nn.Module, versions: Callable[[int], list[int]], max_lag: int,

@@ -23,7 +23,7 @@ from harness.bases.models import base_identity, check_eval_set, load_model, prob
 from harness.rollout import EngineSettings, make_engine, response_logits, token_logp
 from harness.rollout.base import Rollout
 from harness.rollout.mismatch import MismatchEngine
-from harness.spec.config import RunConfig, to_dict
+from harness.config.run import RunConfig, to_dict
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)

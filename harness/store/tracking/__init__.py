@@ -13,7 +13,7 @@ mirrors are sinks behind one interface (sinks.py), so code that logs never asks 
 MLflow (embedded SQLite by default, a tracking server via MLFLOW_TRACKING_URI) is the default mirror;
 `mlflow` and `wandb` are imported only in this package (tests/test_architecture.py).
 """
-from harness.store.tracking.config import TrackingConfig, check_mirrors, describe_mirrors, suite_mirrors
+from harness.store.tracking.mirrors import TrackingConfig, check_mirrors, describe_mirrors, suite_mirrors
 from harness.store.tracking.mlflow_sink import MlflowSink, MlflowTarget, find_trial_run, supersede_run
 from harness.store.tracking.mlflow_store import (TrackingUnreachable, close_suite_run, default_tracking_uri, driver_tags,
                            end_orphaned_runs, end_orphaned_suite_runs, log_metrics_to_run, mlflow_name,

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from harness.suite import coincidences
-from harness.spec.config import ConfigError
-from harness.spec.kinds import suite_kinds
+from harness.config.run import ConfigError
+from harness.config.kinds import suite_kinds
 from harness.suite.session import SuiteSession
 from harness.suite.status import ProgressLine, count_statuses
-from harness.spec.suite import Suite, Trial, expand, select_trials
+from harness.config.expand import Suite, Trial, expand, select_trials
 from harness.store.tracking import (Mirrors, TrackingUnreachable, close_suite_run, default_tracking_uri, end_orphaned_suite_runs,
                         open_suite_run, prepare_store, probe_tracking_uri, suite_mirrors, supersede_run)
 from harness.trial.lifecycle import MlflowTarget

@@ -27,8 +27,8 @@ import ray
 import ray.train
 from ray import tune
 
-from harness.spec.config import ConfigError
-from harness.spec.suite import Resources, Trial
+from harness.config.run import ConfigError
+from harness.config.expand import Resources, Trial
 from harness.store.tracking import Target
 from harness.trial.lifecycle import TrialFailed, run_trial_worker
 from harness.store.trialdir import FINAL, read_status

@@ -21,9 +21,9 @@ import ray
 from ray import tune
 
 from harness.trial import numerics
-from harness.spec.config import ConfigError
+from harness.config.run import ConfigError
 from harness.suite.status import last_eval
-from harness.spec.suite import Resources, Suite, Trial
+from harness.config.expand import Resources, Suite, Trial
 from harness.store.tracking import RunLog, Target
 from harness.trial.lifecycle import TrialFailed, mirror_params, run_trial
 from harness.store.trialdir import lock_path, ray_dir, read_evals, read_status

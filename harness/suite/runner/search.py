@@ -13,11 +13,11 @@ import yaml
 from ray import tune
 
 from harness.store import trialdir
-from harness.spec.config import ConfigError
-from harness.spec.schema import Suite, TuneSpec
+from harness.config.run import ConfigError
+from harness.config.suite import Suite, TuneSpec
 from harness.suite.session import SuiteSession
 from harness.suite.status import last_eval
-from harness.spec.suite import Trial, check_tune_range, resolve_config
+from harness.config.expand import Trial, check_tune_range, resolve_config
 from harness.store.tracking import Target, close_suite_run
 from harness.suite.runner.console import Say, printer
 from harness.suite.runner.grid import mirrors, open_mlflow, tracking_uri

@@ -2,7 +2,7 @@
 
 Public API: :func:`read_text_file`, :func:`load_yaml_file`, :func:`load_yaml_text`, :func:`short`.
 
-Every problem raises :class:`harness.spec.config.ConfigError` (a ``ValueError``) whose message is one line
+Every problem raises :class:`harness.config.run.ConfigError` (a ``ValueError``) whose message is one line
 naming the file (or CLI value) and the fix; nothing unbounded is formatted into a message.
 
 What is refused, and why:

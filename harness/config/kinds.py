@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.registry import KINDS, claimant
 
 if TYPE_CHECKING:
-    from harness.spec.config import RunConfig
+    from harness.config.run import RunConfig
     from harness.store.trialdir import Outcome
 
 

@@ -37,7 +37,7 @@ class TrackingConfig:
     @staticmethod
     def parse(data: Mapping[str, Any], key: str, section: Any) -> TrackingConfig:
         """From the section's mapping; `section(cls, value, key)` builds one mirror's config (the strict
-        loader of the specification)."""
+        loader of harness/config)."""
         entries = []
         for name, value in data.items():
             if name not in MIRRORS:

@@ -17,11 +17,11 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from harness.spec.delays import DelayDistribution
+from harness.config.delays import DelayDistribution
 from harness.errors import ConfigError
 from harness.registry import BACKENDS, ENGINES, FORWARDS
-from harness.spec.trace import read_trace
-from harness.spec.lab import LabConfig
+from harness.config.trace import read_trace
+from harness.config.lab import LabConfig
 
 
 DEFAULT_ESTIMATOR = "grpo"

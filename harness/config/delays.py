@@ -5,7 +5,7 @@
     delay: {dist: poisson, mean: 4, max: 16}         # P(D = j) ∝ mean^j / j!
     delay: {dist: uniform, min: 2, max: 8}           # P(D = j) = 1/7 for j = 2..8
     delay: {dist: empirical, weights: [5, 3, 1, 1], max: 3}   # P(D = j) ∝ weights[j]
-    delay: {dist: trace, path: my-cluster.jsonl, max: 32}     # the recorded versions (harness/spec/trace.py)
+    delay: {dist: trace, path: my-cluster.jsonl, max: 32}     # the recorded versions (harness/config/trace.py)
 
 Each law is truncated at `max`: restricted to 0..max and renormalized (an empirical histogram's entries
 past `max` are dropped). Response i of batch s draws its lag D from the law with a stream seeded by the

@@ -1,7 +1,7 @@
 """Suite files: loading a user's suite file (with --set and --overrides) and expanding its grid into
 trials (pure; no Ray, no I/O beyond reading YAML).
 
-The file's sections and their types are harness/spec/schema.py's (`Suite`); this module reads the file,
+The file's sections and their types are harness/config/suite.py's (`Suite`); this module reads the file,
 applies the command line's overrides, and expands `base` × `grid` × `seeds` into validated trials. Trial
 ids are readable and deterministic functions of the grid point and seed (`gmc_grpo-d16-e0.2-g8-s0`), so
 rerunning a suite finds its finished trials.
@@ -16,11 +16,11 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness.spec.config import ConfigError, RunConfig, build_run_config, set_dotted, to_dict
+from harness.config.run import ConfigError, RunConfig, build_run_config, set_dotted, to_dict
 from harness.registry import SOURCES, claimant
-from harness.spec.kinds import kind_of
-from harness.spec.schema import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
-from harness.spec.yamlio import load_yaml_text, read_text_file, short
+from harness.config.kinds import kind_of
+from harness.config.suite import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
+from harness.config.yamlio import load_yaml_text, read_text_file, short
 
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
