@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from harness.bases import BASES_DIR, MANIFEST, BaseModelError, base_identity, read_manifest, sha256_file
+from harness.bases import BASES_DIR, MANIFEST, BaseModelError, read_manifest, sha256_file
 from harness.store.provenance import cpu_name
 
 PAD, EOS = "<pad>", "<eos>"

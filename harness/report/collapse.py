@@ -31,7 +31,6 @@ docs/report.md explains the defaults and why k = 3.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np

@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,6 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from harness.store import trialdir
 from harness.registry import FIGURES
 from harness.report import figures as fig
 from harness.report import importance, paper, stats, tables

@@ -19,7 +19,8 @@ import torch
 from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context, uses_batch_statistics
 
 from harness.registry import SOURCES, claimant
-from harness.bases.models import base_identity, check_eval_set, load_model, problems_sha256
+from harness.bases import base_identity
+from harness.bases.models import check_eval_set, load_model, problems_sha256
 from harness.rollout import EngineSettings, make_engine, response_logits, token_logp
 from harness.rollout.base import Rollout
 from harness.rollout.mismatch import MismatchEngine
