@@ -56,8 +56,8 @@ def load_suite_trials(path: str | Path, sets: list[str] = (), max_trials: int = 
     suite = parse_suite(data, str(path), text)
     count = trial_count(suite)
     if count > max_trials:
-        raise _fail(str(path), f"the grid has {count} trials, more than the limit {max_trials}; shrink the grid "
-                               f"or raise the limit with --max-trials")
+        raise ConfigError(f"{path}: the grid has {count} trials, more than the limit {max_trials}; shrink the grid "
+                          f"or raise the limit with --max-trials")
     return suite, check_runnable(suite)
 
 
