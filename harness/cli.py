@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -161,8 +162,10 @@ def _cmd_run(args) -> int:
                        on_change=args.on_change, only=args.only, trials=trials)
     out = Path(args.results) / suite.name
     print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
-    if args.report:
-        _report(out, None)
+    if args.report:               # in a fresh process: this one runs Ray, and the report forks workers
+        done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(out)], check=False)
+        if done.returncode:
+            return done.returncode
     return 0 if not counts.get("failed") else 1
 
 

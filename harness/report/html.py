@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -28,7 +29,7 @@ from harness.store import trialdir
 from harness.report import figures as fig
 from harness.report import importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
-from harness.report.parallel import fork_map
+from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
 from harness.spec.schema import DEFAULT_BASELINE
 from harness.report.sections import Section, report_sections
@@ -80,7 +81,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
-    figures = _draw_figures({  # in page order
+    figures, not_drawn = _draw_figures({  # in page order
         "accuracy": partial(fig.accuracy_vs_delay, a.cells, plot, figures_out),
         "learning": partial(fig.learning_curves, plot, figures_out),
         "collapse": partial(fig.collapse_heatmap, a.cells, plot, figures_out),
@@ -98,6 +99,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     exports = paper.write_exports(papers, res.name, out_dir)
 
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
+    context["warnings"] = context["warnings"] + not_drawn
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
@@ -131,12 +133,16 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
 SLOW_FIGURES = ("learning", "survival", "diagnostics")
 
 
-def _draw_figures(jobs: dict[str, Callable[[], fig.FigureOut | None]]) -> list[fig.FigureOut]:
+def _draw_figures(jobs: dict[str, Callable[[], fig.FigureOut | None]]) -> tuple[list[fig.FigureOut], list[str]]:
     """Draw the figures (independent and CPU-bound in matplotlib) with ``fork_map``, the slow ones first;
-    return those drawn, in page order."""
+    return those drawn, in page order, and one warning per figure that failed (also on stderr): the
+    rest of the report is still written."""
     names = sorted(jobs, key=lambda n: n not in SLOW_FIGURES)
-    made = dict(zip(names, fork_map([jobs[n] for n in names])))
-    return [made[n] for n in jobs if made[n] is not None]
+    made = dict(zip(names, fork_map([jobs[n] for n in names], isolate=True)))
+    failed = [f"figure '{n}' was not drawn: {made[n].reason}" for n in jobs if isinstance(made[n], Failed)]
+    for line in failed:
+        print(f"stalebench: warning: {line}", file=sys.stderr)
+    return [made[n] for n in jobs if made[n] is not None and not isinstance(made[n], Failed)], failed
 
 
 def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.FigureOut],
