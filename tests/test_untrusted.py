@@ -26,3 +26,105 @@ def test_run_report_renders_in_a_fresh_process(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "_report", lambda *a, **k: pytest.fail("rendered in the process that ran Ray"))
     assert cli.main(["run", str(suite), "--results", str(tmp_path / "r"), "--report"]) == 0
     assert calls == [[sys.executable, "-m", "harness.cli", "report", str(tmp_path / "r" / "s1")]]
+
+
+# ---------------------------------------------------------------- archives (harness/store/untrusted.check_tar_gz)
+
+import gzip
+import io
+import shutil
+import tarfile
+import tracemalloc
+
+from harness.store import archive
+from harness.store.archive import ArchiveError, open_archive
+
+
+def _block(name: str, kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def _data(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % 512)
+
+
+def _good_tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in (("suite.yaml", b"suite: s\n"), ("t/params.json", b'{"seed": 0}')):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _open_refused(tmp_path, monkeypatch, raw: bytes, match: str) -> str:
+    """open_archive of `raw` (bytes of a .tar.gz) is one ArchiveError line matching `match`, and no
+    temporary directory is left."""
+    monkeypatch.setattr(archive.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    path = tmp_path / "bad.tar.gz"
+    path.write_bytes(raw)
+    with pytest.raises(ArchiveError, match=match) as err:
+        open_archive(path)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+    assert list((tmp_path / "tmp").iterdir()) == []
+    return str(err.value)
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_a_chain_of_extension_headers_is_refused_before_tarfile_recurses(tmp_path, monkeypatch, kind):
+    # before: tarfile followed the chain recursively -> RecursionError traceback, a stalebench-raw-* dir left
+    record = b"11 path=ab\n" if kind != tarfile.GNUTYPE_LONGNAME else b"suite.yaml\0"
+    chain = (_block("././@x", kind, len(record)) + _data(record)) * 5000
+    raw = gzip.compress(chain + _good_tar())
+    _open_refused(tmp_path, monkeypatch, raw, "more than 4 extension headers in a row")
+
+
+def test_a_huge_declared_long_name_is_refused_without_reading_it(tmp_path, monkeypatch):
+    # before: a 5 MB archive declaring a 1 GiB GNU long name took 2 GB of memory before any check
+    raw = gzip.compress(_block("././@LongLink", tarfile.GNUTYPE_LONGNAME, 2**30) + b"a" * (5 * 2**20))
+    tracemalloc.start()
+    try:
+        _open_refused(tmp_path, monkeypatch, raw, "an extension header of 1073741824 bytes")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20
+
+
+def test_a_gzip_with_a_bad_crc_or_a_damaged_body_or_a_damaged_header_is_refused(tmp_path, monkeypatch):
+    # before: tarfile stops reading at the end of the tar stream and never checks the gzip trailer, and
+    # takes a damaged header for the end of the archive: a report rendered with a trial silently missing
+    good = gzip.compress(_good_tar(), mtime=0)
+    bad_crc = good[:-8] + bytes([good[-8] ^ 1]) + good[-7:]
+    _open_refused(tmp_path, monkeypatch, bad_crc, "a damaged gzip stream .*CRC")
+    bad_length = good[:-4] + bytes([good[-4] ^ 1]) + good[-3:]
+    _open_refused(tmp_path, monkeypatch, bad_length, "a damaged gzip stream")
+    body = bytearray(good)
+    body[len(body) // 2] ^= 0xFF
+    _open_refused(tmp_path, monkeypatch, bytes(body), "a damaged gzip stream|damaged tar header")
+    tar = bytearray(_good_tar())
+    tar[1024 + 148] ^= 0x01                                 # the second member's header checksum
+    _open_refused(tmp_path, monkeypatch, gzip.compress(bytes(tar)), "a damaged tar header after 1 members")
+    _open_refused(tmp_path, monkeypatch, good + b"junk", "a damaged gzip stream")
+    _open_refused(tmp_path, monkeypatch, gzip.compress(_good_tar()[:1100]), "ends inside a member")
+
+
+def test_an_archive_that_is_not_a_regular_file_is_refused(tmp_path, monkeypatch):
+    import os
+    os.mkfifo(tmp_path / "fifo.tar.gz")
+    with pytest.raises(ArchiveError):
+        open_archive(tmp_path / "fifo.tar.gz")
+
+
+def test_a_good_archive_still_opens(tmp_path):
+    path = tmp_path / "ok.tar.gz"
+    path.write_bytes(gzip.compress(_good_tar()))
+    out = open_archive(path)
+    try:
+        assert (out / "t" / "params.json").read_text() == '{"seed": 0}'
+    finally:
+        shutil.rmtree(out)
