@@ -128,3 +128,103 @@ def test_a_good_archive_still_opens(tmp_path):
         assert (out / "t" / "params.json").read_text() == '{"seed": 0}'
     finally:
         shutil.rmtree(out)
+
+
+# ---------------------------------------------------------------- trial files: the report validates before it renders
+
+import json
+
+from harness.report import tables
+from harness.report.load import load_results
+from harness.store import trialdir
+from tests.fixtures.synthetic_results import write_suite
+
+T = "grpo-d0-e0.2-g8-s0"          # the trial each case damages; grpo-d0-e0.2-g8-s1 is left as it was
+
+
+def _suite(tmp_path) -> Path:
+    suite = write_suite(tmp_path / "results", "s1", ("grpo",), (0,), (0, 1), steps=20)
+    for d in suite.iterdir():
+        if d.is_dir():           # a resolved config, as the runner writes it (train.steps bounds the steps)
+            p = trialdir.read_params(d)
+            (d / trialdir.CONFIG).write_text(yaml.safe_dump({"algorithm": "grpo", "delay": 0, "eps": 0.2,
+                                                             "group_size": 8, "seed": p["seed"],
+                                                             "train": {"steps": 20}}))
+    return suite
+
+
+def _rows(path: Path, edit) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    edit(rows)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _last_acc(value):
+    return lambda rows: rows[-1].update({"eval/acc": value})
+
+
+CASES = {
+    # before: printed as 2.250 [0.000, 1.000] / -3 averaged in
+    "acc 7.5": (trialdir.EVALS, _last_acc(7.5), "eval/acc 7.5 is not a number in [0, 1]"),
+    "acc -3": (trialdir.EVALS, _last_acc(-3), "eval/acc -3 is not a number in [0, 1]"),
+    # before: a NaN last evaluation fell back to the one before it
+    "acc NaN": (trialdir.EVALS, _last_acc(float("nan")), "eval/acc nan is not a number in [0, 1]"),
+    # before: rows at step -5 and 250.5 moved the cell
+    "step -5": (trialdir.METRICS, lambda rows: rows[3].update(step=-5), "step -5 is not an integer in 1..20"),
+    "step 250.5": (trialdir.EVALS, lambda rows: rows[2].update(step=250.5), "step 250.5 is not an integer in 0..20"),
+    "step 21": (trialdir.METRICS, lambda rows: rows.append({**rows[-1], "step": 21}), "step 21 is not an integer"),
+    # before: TypeError traceback from _columns / importance_summary
+    "step x": (trialdir.METRICS, lambda rows: rows[0].update(step="x"), "step 'x' is not an integer"),
+    "step null": (trialdir.METRICS, lambda rows: rows[0].update(step=None), "step None is not an integer"),
+    # before: a completed trial with no rows counted as a seed
+    "no rows": (trialdir.METRICS, lambda rows: rows.clear(), "completed, but metrics.jsonl holds no rows"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_trial_breaking_a_rule_is_marked_invalid_and_not_counted(tmp_path, case):
+    name, edit, note = CASES[case]
+    suite = _suite(tmp_path)
+    _rows(suite / T / name, edit)
+    res = load_results(suite)
+    row = res.trials.set_index("trial_id").loc[T]
+    assert row["status"] == "invalid" and note in row["notes"], row["notes"]
+    assert res.trials.set_index("trial_id").loc["grpo-d0-e0.2-g8-s1", "status"] == "completed"
+    cells = tables.analyse(res).cells
+    assert int(cells["n_completed"].sum()) == 1 and "1 invalid" in cells["status_counts"].iloc[0]
+
+
+def test_params_contradicting_config_and_a_copied_trial_are_not_counted(tmp_path):
+    suite = _suite(tmp_path)
+    params = trialdir.read_params(suite / T)      # before: a naive trial whose params say grpo counted as grpo
+    config = yaml.safe_load((suite / T / trialdir.CONFIG).read_text())
+    (suite / T / trialdir.CONFIG).write_text(yaml.safe_dump({**config, "algorithm": "naive"}))
+    shutil.copytree(suite / "grpo-d0-e0.2-g8-s1", suite / "grpo-d0-e0.2-g8-s7")   # before: another seed
+    trials = load_results(suite).trials.set_index("trial_id")
+    assert trials.loc[T, "status"] == "invalid"
+    assert "params.json algorithm='grpo' contradicts config.yaml 'naive'" in trials.loc[T, "notes"]
+    assert trials.loc["grpo-d0-e0.2-g8-s7", "status"] == "invalid"
+    assert "a copy of trial grpo-d0-e0.2-g8-s1" in trials.loc["grpo-d0-e0.2-g8-s7", "notes"]
+    assert trials.loc["grpo-d0-e0.2-g8-s1", "status"] == "completed"
+    assert params["algorithm"] == "grpo"
+
+
+@pytest.mark.parametrize("name, text, note", [
+    # before: RecursionError traceback from read_object / read_config
+    (trialdir.PARAMS, "[" * 100_000 + "]" * 100_000, "unreadable params.json"),
+    (trialdir.STATUS, '{"a":' * 100_000 + "1" + "}" * 100_000, "unreadable status.json"),
+    (trialdir.PROVENANCE, "[" * 100_000 + "]" * 100_000, "unreadable provenance.json"),
+    (trialdir.CONFIG, "a: [" * 20_000, "nested more than 100 levels deep"),
+    (trialdir.CONFIG, "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+     "more than 100000 values once aliases (*name) are expanded"),     # before: > 60 s and 2 GB
+    (trialdir.PARAMS, '{"seed": 0, "seed": 1}', "unreadable params.json"),
+    # before: OverflowError traceback from _columns
+    (trialdir.METRICS, '{"step": 1, "loss/value": ' + "9" * 400 + "}\n", "1 unreadable line(s) in metrics.jsonl"),
+], ids=["params deep", "status deep", "provenance deep", "config deep", "config alias bomb", "params duplicate key",
+        "metrics 400 digits"])
+def test_hostile_trial_files_are_notes_not_tracebacks(tmp_path, name, text, note):
+    suite = _suite(tmp_path)
+    (suite / T / name).write_text(text)
+    trials = load_results(suite).trials.set_index("trial_id")
+    assert note in trials.loc[T, "notes"], trials.loc[T, "notes"]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from harness.store import trialdir
 from harness.report import figures as fig
-from harness.report import importance, paper, stats, tables
+from harness.report import checks, importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
@@ -99,7 +99,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     exports = paper.write_exports(papers, res.name, out_dir)
 
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
-    context["warnings"] = context["warnings"] + not_drawn
+    context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
@@ -127,6 +127,18 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     (out_dir / "results.json").write_text(json.dumps(_jsonable(bundle), indent=1, allow_nan=False),
                                           encoding="utf-8")
     return out_dir / "index.html"
+
+
+def _invalid_trials(trials: pd.DataFrame) -> list[str]:
+    """One page warning per trial that breaks a rule of report/checks.py, and one stderr line for all."""
+    bad = trials[trials["status"] == checks.INVALID]
+    lines = [f"trial {t} is not counted: {n}" for t, n in zip(bad["trial_id"], bad["notes"])]
+    if lines:
+        first = "; ".join(lines[:2])
+        more = f" (and {len(lines) - 2} more; see the report's warnings)" if len(lines) > 2 else ""
+        print(f"stalebench: warning: {len(lines)} trial(s) break a rule of their files and are not counted: "
+              f"{first[:300]}{more}", file=sys.stderr)
+    return lines
 
 
 # The facet grids (one panel per delay and slice) take longest: drawn first, so the workers finish together.

@@ -3,8 +3,8 @@
 Every command that opens a file it did not write in this process reads it here (a suite file, an
 overrides file, a trace, a raw archive and every trial file inside it, a committed report's bundle).
 Public API: :func:`read_bytes`, :func:`read_text_file`, :func:`load_yaml_file`, :func:`load_yaml_text`,
-:func:`load_json_text`, :func:`read_json_file`, :func:`check_value`, :func:`short`, :func:`display`;
-harness/store/untrusted_archive.py: :func:`check_tar_gz`.
+:func:`check_value`, :func:`short`, :func:`display`; untrusted_json.py: :func:`load_json_text`,
+:func:`read_json_file`; untrusted_archive.py: :func:`check_tar_gz`.
 (harness/spec/yamlio.py re-exports the YAML half for the spec layer.)
 
 Every problem raises :class:`UntrustedError` (a ``ConfigError``, so a ``ValueError``) whose message is
@@ -29,24 +29,17 @@ What is refused, and why:
    - nesting deeper than ``MAX_DEPTH`` levels (PyYAML composes recursively; this refuses well before
      Python's recursion limit, and ``RecursionError`` is still caught as a fallback);
    - invalid YAML, reported with its line and column.
-3. **JSON** (:func:`load_json_text`): duplicate keys; ``NaN``/``Infinity`` and numbers that overflow to
+3. **JSON** (untrusted_json.py's :func:`load_json_text`): duplicate keys; ``NaN``/``Infinity`` and numbers that overflow to
    infinity (unless ``allow_nonfinite``: a diverged step's loss is NaN); integers of more than
    ``MAX_INT_DIGITS`` digits; nesting deeper than ``MAX_DEPTH`` (checked after the C parser, which
    stops at Python's recursion limit with a ``RecursionError`` that is caught here); more than
    ``MAX_NODES`` values.
-4. **Archives** (untrusted_archive.py's :func:`check_tar_gz`, a sibling of this module): the gzip stream is read to its end before anything is trusted
-   (every member's CRC-32 and length checked, no trailing garbage), and the tar stream inside is walked
-   header by header with its own bounds: every header's checksum, at most ``MAX_EXT_HEADERS`` extension
-   headers (PAX ``x``/``g``, GNU ``L``/``K``) before a member, each at most ``MAX_EXT_BYTES``, at most
-   ``max_members`` members and ``max_bytes`` bytes. ``tarfile`` would follow a chain of extension
-   headers recursively (a ``RecursionError`` thousands deep), read a declared 1 GiB long name into
-   memory before any check, and stop silently at a damaged header (a trial silently missing).
+4. **Archives**: harness/store/untrusted_archive.py (its docstring).
 
 An empty document loads as ``None``, as with ``yaml.safe_load``; callers check the type they need.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import reprlib
@@ -177,10 +170,10 @@ def open_regular(path: str | os.PathLike[str], what: str, max_bytes: int, missin
 def read_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of the regular file ``path`` (:func:`read_bytes`); UntrustedError for bytes that
     are not UTF-8."""
-    return _decode(read_bytes(path, what, max_bytes), _where(path), what)
+    return decode(read_bytes(path, what, max_bytes), _where(path), what)
 
 
-def _decode(data: bytes, name: str, what: str) -> str:
+def decode(data: bytes, name: str, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -252,17 +245,53 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, MappingNode):
-            first_line: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == _MERGE_TAG or not isinstance(key_node, ScalarNode):
-                    continue                                # "<<" merges; explicit keys may override them
-                key = self.construct_object(key_node, deep=True)
-                if key in first_line:
-                    raise _Refused(None, None, f"duplicate key {short(key)} (first at line {first_line[key] + 1}); "
-                                   "a mapping holds each key once: remove one", key_node.start_mark)
-                first_line[key] = key_node.start_mark.line
+        _no_duplicate_keys(self, node)
         return super().construct_mapping(node, deep=deep)
+
+
+def _no_duplicate_keys(loader: Any, node: Any) -> None:
+    if isinstance(node, MappingNode):
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, ScalarNode):
+                continue                                # "<<" merges; explicit keys may override them
+            key = loader.construct_object(key_node, deep=True)
+            if key in first_line:
+                raise _Refused(None, None, f"duplicate key {short(key)} (first at line {first_line[key] + 1}); "
+                               "a mapping holds each key once: remove one", key_node.start_mark)
+            first_line[key] = key_node.start_mark.line
+
+
+_FastBase = getattr(yaml, "CSafeLoader", None)
+
+
+if _FastBase is not None:
+    class _FastLoader(_FastBase):  # type: ignore[misc, valid-type]
+        """libyaml's composer (7x faster) for documents that cannot break the limits (:func:`_plain`); the
+        duplicate-key check is the constructor's, shared with _BoundedLoader."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            _no_duplicate_keys(self, node)
+            return super().construct_mapping(node, deep=deep)
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` has no anchor, alias or tag and cannot nest over MAX_DEPTH: every level of block
+    nesting needs a column of indentation or a ``- ``, every level of flow nesting a bracket. A resolved
+    config.yaml (``yaml.safe_dump``) always is: a report reads thousands of them."""
+    if _FastBase is None or "&" in text or "*" in text or "!" in text:
+        return False
+    flow = text.count("[") + text.count("{")
+    block = max((len(line) - len(line.lstrip(" ")) + line.count("- ") for line in text.splitlines()), default=0)
+    return flow + block < MAX_DEPTH
+
+
+def _load_fast(text: str) -> Any:
+    loader = _FastLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def load_yaml_text(text: str, where: str, max_chars: int = MAX_FILE_BYTES) -> Any:
@@ -275,10 +304,18 @@ def load_yaml_text(text: str, where: str, max_chars: int = MAX_FILE_BYTES) -> An
         raise UntrustedError(f"{where}: expected YAML text, got {type(text).__name__}")
     if len(text) > max_chars:
         raise UntrustedError(f"{where}: {len(text)} characters of YAML, over the limit of {max_chars}")
+    if _plain(text):
+        try:
+            value = _load_fast(text)
+        except Exception:  # noqa: BLE001  # any problem: the bounded loader reports it, with its own words
+            pass
+        else:
+            check_value(value, where, allow_nonfinite=True)
+            return value
     loader = None
     try:
         loader = _BoundedLoader(text)  # the reader already refuses control characters here
-        return loader.get_single_data()
+        value = loader.get_single_data()
     except _Refused as exc:
         raise UntrustedError(f"{where}: {_at(exc)}{exc.problem}") from None
     except yaml.constructor.ConstructorError as exc:
@@ -293,6 +330,8 @@ def load_yaml_text(text: str, where: str, max_chars: int = MAX_FILE_BYTES) -> An
     finally:
         if loader is not None:
             loader.dispose()
+    check_value(value, where, allow_nonfinite=True)   # an integer of 400 digits; NaN is the schema's to refuse
+    return value
 
 
 def _at(exc: yaml.YAMLError) -> str:
@@ -305,51 +344,6 @@ def _problem(exc: yaml.YAMLError) -> str:
     parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
     text = ", ".join(str(p) for p in parts if p) or str(exc)
     return _one_line(" ".join(text.split()), 2 * SHORT_CHARS)
-
-
-# ----------------------------------------------------------------------------------------------
-# JSON
-# ----------------------------------------------------------------------------------------------
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _JsonRefused(f"duplicate key {short(key)}; an object holds each key once")
-        out[key] = value
-    return out
-
-
-class _JsonRefused(ValueError):
-    pass
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _JsonRefused(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _constant(name: str) -> float:
-    raise _JsonRefused(f"{name} is not a finite number")
-
-
-def load_json_text(text: str | bytes, where: str, allow_nonfinite: bool = False) -> Any:
-    """The JSON value of ``text``; ``where`` names it in messages (``"params.json"``,
-    ``"metrics.jsonl line 3"``). UntrustedError (one line) for invalid JSON and for anything the
-    module docstring lists (duplicate keys, non-finite or overlong numbers, deep nesting)."""
-    where = _where(where)
-    try:
-        value = json.loads(text, object_pairs_hook=_pairs, parse_int=_int,
-                           parse_constant=float if allow_nonfinite else _constant)
-    except _JsonRefused as exc:
-        raise UntrustedError(f"{where}: {exc}") from None
-    except RecursionError:
-        raise UntrustedError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
-    except (ValueError, TypeError) as exc:   # JSONDecodeError, bytes that are not UTF-8
-        raise UntrustedError(f"{where}: not valid JSON ({short(str(exc), 120)[1:-1]})") from None
-    check_value(value, where, allow_nonfinite)
-    return value
 
 
 def check_value(value: Any, where: str, allow_nonfinite: bool = False) -> None:
@@ -376,10 +370,3 @@ def check_value(value: Any, where: str, allow_nonfinite: bool = False) -> None:
         if depth > MAX_DEPTH:
             raise UntrustedError(f"{_where(where)}: nested more than {MAX_DEPTH} levels deep")
         stack.extend((c, depth + 1) for c in children)
-
-
-def read_json_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FILE_BYTES,
-                   allow_nonfinite: bool = False) -> Any:
-    """The JSON value in the file ``path`` (:func:`read_bytes`, then :func:`load_json_text`)."""
-    name = _where(path)
-    return load_json_text(_decode(read_bytes(path, what, max_bytes), name, what), name, allow_nonfinite)
