@@ -362,20 +362,28 @@ COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status":
             "compare": _cmd_compare, "estimators": _cmd_estimators, "reproduce": _cmd_reproduce}
 
 
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error, control characters escaped (a path or a plugin's message may hold
+    terminal escape codes), never empty."""
+    from harness.store.untrusted import one_line
+    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return one_line(text, 2000)
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.trial import numerics
     try:                                         # before anything imports torch (docs/reproducibility.md)
         numerics.warn_once(numerics.pin())
     except ConfigError as exc:
-        print(f"stalebench: {exc}", file=sys.stderr)
+        print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
         return 2
     args = _parser().parse_args(argv)
     if args.plugin:                              # Ray workers inherit it and import the same modules
         os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        print(f"stalebench: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+    except (ConfigError, ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+        print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:                      # output piped into `head` and closed
         return 0

@@ -228,3 +228,74 @@ def test_hostile_trial_files_are_notes_not_tracebacks(tmp_path, name, text, note
     (suite / T / name).write_text(text)
     trials = load_results(suite).trials.set_index("trial_id")
     assert note in trials.loc[T, "notes"], trials.loc[T, "notes"]
+
+
+# ---------------------------------------------------------------- elsewhere: --set, overrides, plugins, escapes, --out
+
+from harness.spec.config import ConfigError
+from harness.spec.suite import load_suite_file
+
+
+def _grid_suite(tmp_path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"suite": "s1", "base": {"task": {"name": "addrev"}},
+                                    "grid": {"algorithm": ["grpo", "gmc_grpo"], "delay": [0, 4]}, "seeds": [0]}))
+    return path
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("seed=99", "--set 'seed=99': seed tells the suite's trials apart and is set per trial by the suite's seeds: list"),
+    ("delay=4", "--set 'delay=4': delay tells the suite's trials apart and is set per trial by its grid: values"),
+    ("algorithm=m2po", "algorithm tells the suite's trials apart"),
+])
+def test_set_of_an_identity_key_is_refused(tmp_path, item, needle):
+    # before: silently ignored (the grid and seeds win over base)
+    with pytest.raises(ConfigError) as err:
+        load_suite_file(_grid_suite(tmp_path), sets=[item])
+    assert needle in str(err.value)
+    load_suite_file(_grid_suite(tmp_path), sets=["train.lr=0.001"])          # a setting is still fine
+
+
+def test_an_overrides_file_of_identity_keys_is_refused(tmp_path):
+    # before: ignored, and it split the shared on-policy run
+    over = tmp_path / "o.yaml"
+    over.write_text(yaml.safe_dump({"overrides": {"gmc_grpo": {"seed": 3}}}))
+    with pytest.raises(ConfigError, match="overrides.'gmc_grpo'.'seed': seed tells the suite's trials apart"):
+        load_suite_file(_grid_suite(tmp_path), overrides_file=over)
+    over.write_text(yaml.safe_dump({"overrides": {"gmc_grpo": {"delay": 8}}}))
+    with pytest.raises(ConfigError, match="delay tells the suite's trials apart"):
+        load_suite_file(_grid_suite(tmp_path), overrides_file=over)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("import sys\nsys.exit(0)\n", "exited while it was imported (SystemExit: 0)"),
+    ("raise KeyboardInterrupt\n", "exited while it was imported (KeyboardInterrupt)"),
+])
+def test_a_plugin_that_exits_at_import_is_an_error(tmp_path, monkeypatch, body, needle):
+    # before: sys.exit(0) at import made `check` exit 0 without validating anything
+    import algorithms.registry as reg
+    (tmp_path / "exiting_plugin.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(reg.PLUGIN_ENV, "exiting_plugin")
+    monkeypatch.setattr(reg, "_plugins_loaded", False)
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        reg.load_plugins()
+    monkeypatch.delitem(sys.modules, "exiting_plugin", raising=False)
+
+
+def test_control_characters_in_a_message_are_escaped(tmp_path, capsys):
+    # before: a path or plugin message with terminal escape codes reached the terminal
+    assert cli.main(["check", str(tmp_path / "\x1b[2J\x1b]0;owned\x07.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b[2J" in err and err.count("\n") == 1
+
+
+def test_report_out_that_is_a_file_or_holds_a_directory_is_refused_before_writing(tmp_path, capsys):
+    suite = _suite(tmp_path)
+    (tmp_path / "taken").write_text("x")                 # before: FileExistsError traceback
+    assert cli.main(["report", str(suite), "--out", str(tmp_path / "taken")]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+    (tmp_path / "out" / "index.html").mkdir(parents=True)   # before: a traceback and a half-written report
+    assert cli.main(["report", str(suite), "--out", str(tmp_path / "out")]) == 2
+    assert "index.html there is not a regular file" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["index.html"]

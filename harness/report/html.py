@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.store import trialdir
+from harness.store.untrusted import display
 from harness.report import figures as fig
 from harness.report import checks, importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
@@ -77,6 +78,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     """
     res = load_results(Path(results_dir))
     out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
+    _check_out_dir(out_dir)
     figures_out = fig.Output(out_dir, tuple(formats))
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
@@ -127,6 +129,23 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     (out_dir / "results.json").write_text(json.dumps(_jsonable(bundle), indent=1, allow_nan=False),
                                           encoding="utf-8")
     return out_dir / "index.html"
+
+
+OUTPUT_FILES = ("index.html", "results.json", "leaderboard.csv", "cells.csv", "trials.csv")
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse, before anything is written, an output directory that is a file or holds a directory where
+    the report writes a file (a half-written report otherwise)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {display(out_dir)}: exists and is not a directory; give a directory")
+    for parent in out_dir.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--out {display(out_dir)}: {display(parent)} is not a directory")
+    for name in OUTPUT_FILES:
+        if (out_dir / name).exists() and not (out_dir / name).is_file():
+            raise ValueError(f"--out {display(out_dir)}: {name} there is not a regular file (a directory?); "
+                             f"remove it or give another --out")
 
 
 def _invalid_trials(trials: pd.DataFrame) -> list[str]:
