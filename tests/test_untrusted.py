@@ -299,3 +299,69 @@ def test_report_out_that_is_a_file_or_holds_a_directory_is_refused_before_writin
     assert cli.main(["report", str(suite), "--out", str(tmp_path / "out")]) == 2
     assert "index.html there is not a regular file" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["index.html"]
+
+
+# ---------------------------------------------------------------- merge: resolved configs on both sides
+
+from harness.report.merge import MergeError, merge_trials
+from harness.store.archive import pack_suite
+from tests.test_report_archive import reference, set_config, user_suite
+
+
+def _merge(tmp_path, edit_ref=None, edit_mine=None):
+    ref = reference(tmp_path / "results")
+    if edit_ref:
+        edit_ref(ref)
+    raw = pack_suite(ref, tmp_path / "raw.tar.gz")
+    mine = user_suite(tmp_path / "results")
+    if edit_mine:
+        edit_mine(mine)
+    merged = merge_trials(mine, raw)
+    shutil.rmtree(merged.path)
+    return merged
+
+
+def test_merge_compares_configs_not_ids(tmp_path):
+    # before: the reference's own trial copied under a new id merged as "new" (a second seed of grpo)
+    merged = _merge(tmp_path, edit_mine=lambda mine: shutil.copytree(mine / "grpo-d8-e0.2-g8-s0", mine / "grpo-copy"))
+    assert (merged.added, merged.same) == (4, 2)
+
+
+def test_merge_refuses_params_that_contradict_the_config(tmp_path):
+    # before: a naive trial whose params say grpo counted as grpo
+    def naive(mine):
+        d = mine / "seq_tis-d8-e0.2-g8-s1"
+        config = yaml.safe_load((d / trialdir.CONFIG).read_text())
+        (d / trialdir.CONFIG).write_text(yaml.safe_dump({**config, "algorithm": "naive"}))
+    with pytest.raises(MergeError, match="your trial seq_tis-d8-e0.2-g8-s1: params.json algorithm='seq_tis' "
+                                         "contradicts config.yaml 'naive'"):
+        _merge(tmp_path, edit_mine=naive)
+
+
+def test_merge_accepts_your_estimators_own_params(tmp_path):
+    # before: refused ("params is {...} but {} in every reference trial"), contrary to docs/report.md
+    def with_params(root, params):
+        def edit(suite):
+            for d in suite.iterdir():
+                if d.is_dir() and (root is None or d.name.startswith(root)):
+                    config = yaml.safe_load((d / trialdir.CONFIG).read_text())
+                    (d / trialdir.CONFIG).write_text(yaml.safe_dump({**config, "params": params}))
+        return edit
+    merged = _merge(tmp_path, edit_ref=with_params(None, {}), edit_mine=lambda mine: (
+        with_params(None, {})(mine), with_params("seq_tis", {"alpha": 0.5})(mine)))
+    assert merged.added == 4
+
+
+def test_one_tampered_reference_trial_does_not_switch_off_the_check(tmp_path):
+    # before: the setting was no longer "the same in every reference trial", so any value merged
+    with pytest.raises(MergeError, match="reference trial .*: train.lr is .* and the reference suite does not "
+                                         "vary it; the archive is not one benchmark"):
+        _merge(tmp_path, edit_ref=lambda ref: set_config(ref / "m2po-d8-e0.2-g8-s1", lr=0.5))
+
+
+def test_a_billion_laughs_config_is_one_line_and_fast(tmp_path):
+    # before: trialdir.read_config used plain yaml.safe_load: > 60 s and 2 GB
+    bomb = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(MergeError, match="your trial seq_tis-d0-e0.2-g8-s0: .*more than 100000 values"):
+        _merge(tmp_path, edit_mine=lambda mine: (mine / "seq_tis-d0-e0.2-g8-s0" / trialdir.CONFIG).write_text(bomb))

@@ -64,13 +64,20 @@ def trial_problems(params: Mapping[str, Any], config: Mapping[str, Any] | None, 
     elif status == "completed" and not any(ACC_KEY in r for r in eval_rows):
         out.append(f"completed, but {trialdir.EVALS} holds no {ACC_KEY}")
     if config is not None:
-        ignored = params.get("ignored") if isinstance(params.get("ignored"), list) else []
-        for key, value in params.items():
-            if key in NOT_SETTINGS or key in ignored:
-                continue
-            found, setting = _lookup(config, key)
-            if found and not _agrees(value, setting):
-                out.append(f"{trialdir.PARAMS} {key}={_show(value)} contradicts {trialdir.CONFIG} {_show(setting)}")
+        out += params_problems(params, config)
+    return out
+
+
+def params_problems(params: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """One note per params.json key that contradicts the setting of the same (dotted) name in config.yaml."""
+    out = []
+    ignored = params.get("ignored") if isinstance(params.get("ignored"), list) else []
+    for key, value in params.items():
+        if key in NOT_SETTINGS or key in ignored:
+            continue
+        found, setting = _lookup(config, key)
+        if found and not _agrees(value, setting):
+            out.append(f"{trialdir.PARAMS} {key}={_show(value)} contradicts {trialdir.CONFIG} {_show(setting)}")
     return out
 
 
