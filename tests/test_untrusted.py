@@ -260,7 +260,7 @@ def test_an_overrides_file_of_identity_keys_is_refused(tmp_path):
     # before: ignored, and it split the shared on-policy run
     over = tmp_path / "o.yaml"
     over.write_text(yaml.safe_dump({"overrides": {"gmc_grpo": {"seed": 3}}}))
-    with pytest.raises(ConfigError, match="overrides.'gmc_grpo'.'seed': seed tells the suite's trials apart"):
+    with pytest.raises(ConfigError, match="o.yaml: overrides.gmc_grpo.seed: seed tells the suite's trials apart"):
         load_suite_file(_grid_suite(tmp_path), overrides_file=over)
     over.write_text(yaml.safe_dump({"overrides": {"gmc_grpo": {"delay": 8}}}))
     with pytest.raises(ConfigError, match="delay tells the suite's trials apart"):

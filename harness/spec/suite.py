@@ -20,6 +20,7 @@ from harness.spec.config import ConfigError, RunConfig, build_run_config, set_do
 from harness.spec.kinds import kind_of
 from harness.spec.schema import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
 from harness.spec.yamlio import load_yaml_text, read_text_file, short
+from harness.store.untrusted import display
 
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
@@ -117,7 +118,7 @@ def apply_overrides_file(data: Any, path: Path, text: str) -> tuple[Any, str]:
     merged = {k: dict(v) for k, v in (data.get("overrides") or {}).items()}
     for algorithm, values in extra["overrides"].items():
         for key in values:
-            _not_identity(data, str(key), f"{short(str(path))}: overrides.{short(str(algorithm))}.{short(str(key))}",
+            _not_identity(data, str(key), f"{display(path)}: overrides.{display(algorithm)}.{display(key)}",
                           always=("seed", "algorithm"))
         merged[algorithm] = {**merged.get(algorithm, {}), **values}
     data = {**data, "overrides": merged}
