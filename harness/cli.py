@@ -326,9 +326,8 @@ def _cmd_eval(args) -> int:
 
 def _cmd_build_base(args) -> int:
 
-    import yaml
-
     from harness.spec.config import from_dict
+    from harness.spec.yamlio import load_yaml_text
     from harness.bases import BASES_DIR
     from harness.bases.models import BaseRecipe, build_base
 
@@ -337,7 +336,7 @@ def _cmd_build_base(args) -> int:
         key, sep, raw = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item[:80]!r}: expected key=value, e.g. warmup_seed=1")
-        values[key.strip()] = yaml.safe_load(raw)
+        values[key.strip()] = load_yaml_text(raw, f"--set {item[:80]!r}")
     recipe = from_dict(BaseRecipe, values, "recipe")
     out = Path(args.out) if args.out else BASES_DIR / recipe.name
     if recipe.probe_seeds:

@@ -365,3 +365,14 @@ def test_a_billion_laughs_config_is_one_line_and_fast(tmp_path):
         f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
     with pytest.raises(MergeError, match="your trial seq_tis-d0-e0.2-g8-s0: .*more than 100000 values"):
         _merge(tmp_path, edit_mine=lambda mine: (mine / "seq_tis-d0-e0.2-g8-s0" / trialdir.CONFIG).write_text(bomb))
+
+
+def test_site_reads_a_hostile_results_json_as_an_error_entry(tmp_path):
+    # before: json.loads of a deep results.json raised RecursionError (not caught) through `stalebench site`
+    from harness.report import build_site
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "dup").mkdir()
+    (tmp_path / "dup" / "results.json").write_text('{"schema_version": 2, "schema_version": 2}')
+    page = build_site(tmp_path).read_text()
+    assert page.count("unreadable results.json: UntrustedError") == 2 and "duplicate key" in page

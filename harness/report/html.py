@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness.store import trialdir
-from harness.store.untrusted import display
+from harness.store.untrusted import display, one_line
+from harness.store.untrusted_json import read_json_file
 from harness.report import figures as fig
 from harness.report import checks, importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
@@ -37,6 +38,7 @@ from harness.report.sections import Section, report_sections
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
+MAX_BUNDLE_BYTES = 256 * 2**20   # a committed results.json read by build_site
 DOCS_URL = "../../docs/report.md"  # reports/<suite>/index.html -> the repository's docs/report.md
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -156,7 +158,7 @@ def _invalid_trials(trials: pd.DataFrame) -> list[str]:
         first = "; ".join(lines[:2])
         more = f" (and {len(lines) - 2} more; see the report's warnings)" if len(lines) > 2 else ""
         print(f"stalebench: warning: {len(lines)} trial(s) break a rule of their files and are not counted: "
-              f"{first[:300]}{more}", file=sys.stderr)
+              f"{one_line(first, 300)}{more}", file=sys.stderr)
     return lines
 
 
@@ -172,7 +174,7 @@ def _draw_figures(jobs: dict[str, Callable[[], fig.FigureOut | None]]) -> tuple[
     made = dict(zip(names, fork_map([jobs[n] for n in names], isolate=True)))
     failed = [f"figure '{n}' was not drawn: {made[n].reason}" for n in jobs if isinstance(made[n], Failed)]
     for line in failed:
-        print(f"stalebench: warning: {line}", file=sys.stderr)
+        print(f"stalebench: warning: {one_line(line, 400)}", file=sys.stderr)
     return [made[n] for n in jobs if made[n] is not None and not isinstance(made[n], Failed)], failed
 
 
@@ -250,13 +252,13 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
         entry: dict[str, Any] = {"dir": bundle_path.parent.name,
                                  "href": quote(bundle_path.parent.name) + "/index.html"}
         try:
-            bundle = json.loads(bundle_path.read_text(encoding="utf-8"))
+            bundle = read_json_file(bundle_path, "results.json", MAX_BUNDLE_BYTES)    # untrusted: bounded, strict
             if bundle.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"schema_version {bundle.get('schema_version')!r}, "
                                  f"expected {SCHEMA_VERSION}")
             board = pd.DataFrame(bundle["leaderboard"])
         except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
-            suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {exc}"})
+            suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {one_line(str(exc), 200)}"})
             continue
         columns = leaderboard_columns([], bundle.get("baseline", DEFAULT_BASELINE), compact=True)
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
