@@ -376,3 +376,18 @@ def test_site_reads_a_hostile_results_json_as_an_error_entry(tmp_path):
     (tmp_path / "dup" / "results.json").write_text('{"schema_version": 2, "schema_version": 2}')
     page = build_site(tmp_path).read_text()
     assert page.count("unreadable results.json: UntrustedError") == 2 and "duplicate key" in page
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_among_a_trials_files_never_hangs_status_or_the_report(tmp_path):
+    import os
+    from harness.suite.status import suite_status
+    suite = _suite(tmp_path)
+    for name in (trialdir.METRICS, trialdir.STATUS, trialdir.PARAMS):
+        (suite / T / name).unlink()
+        os.mkfifo(suite / T / name)
+    assert trialdir.last_step(suite / T) == 0
+    assert trialdir.read_rows(suite / T / trialdir.METRICS) == ([], 1)
+    assert T in suite_status(suite)
+    trials = load_results(suite).trials.set_index("trial_id")
+    assert "unreadable params.json" in trials.loc[T, "notes"]

@@ -32,6 +32,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -326,8 +327,11 @@ def modified(trial_dir: Path) -> float | None:
 
 def last_step(trial_dir: Path) -> int:
     """The last step in metrics.jsonl, read from the end of the file (0 if none): cheap for live views."""
-    try:
-        with open(Path(trial_dir) / METRICS, "rb") as f:
+    try:           # non-blocking, regular files only: a FIFO or device in a copied results dir must not hang `status`
+        fd = os.open(Path(trial_dir) / METRICS, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return 0
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 16384))
             lines = f.read().decode(errors="replace").splitlines()
