@@ -118,6 +118,10 @@ def load_plugins() -> None:
     for name, load in targets:
         try:
             load()
+        except (SystemExit, KeyboardInterrupt) as exc:   # exit(0) at import must not end a `check` as a pass
+            raise ValueError(f"estimator plugin {name!r} exited while it was imported ({type(exc).__name__}"
+                             f"{': ' + str(exc) if str(exc) else ''}); a plugin module must only register "
+                             f"estimators".splitlines()[0]) from None
         except Exception as exc:  # noqa: BLE001 — a broken plugin is one line naming it, not a traceback
             raise ValueError(f"estimator plugin {name!r} failed to load: {type(exc).__name__}: {exc}"
                              .splitlines()[0]) from None

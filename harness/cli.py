@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -161,8 +162,10 @@ def _cmd_run(args) -> int:
                        on_change=args.on_change, only=args.only, trials=trials)
     out = Path(args.results) / suite.name
     print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
-    if args.report:
-        _report(out, None)
+    if args.report:               # in a fresh process: this one runs Ray, and the report forks workers
+        done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(out)], check=False)
+        if done.returncode:
+            return done.returncode
     return 0 if not counts.get("failed") else 1
 
 
@@ -323,9 +326,8 @@ def _cmd_eval(args) -> int:
 
 def _cmd_build_base(args) -> int:
 
-    import yaml
-
     from harness.config.run import from_dict
+    from harness.config.yamlio import load_yaml_text
     from harness.bases import BASES_DIR
     from harness.bases.models import BaseRecipe, build_base
 
@@ -334,7 +336,7 @@ def _cmd_build_base(args) -> int:
         key, sep, raw = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item[:80]!r}: expected key=value, e.g. warmup_seed=1")
-        values[key.strip()] = yaml.safe_load(raw)
+        values[key.strip()] = load_yaml_text(raw, f"--set {item[:80]!r}")
     recipe = from_dict(BaseRecipe, values, "recipe")
     out = Path(args.out) if args.out else BASES_DIR / recipe.name
     if recipe.probe_seeds:
@@ -359,20 +361,28 @@ COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status":
             "compare": _cmd_compare, "estimators": _cmd_estimators, "reproduce": _cmd_reproduce}
 
 
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error, control characters escaped (a path or a plugin's message may hold
+    terminal escape codes), never empty."""
+    from harness.store.untrusted import one_line
+    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return one_line(text, 2000)
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.trial import numerics
     try:                                         # before anything imports torch (docs/reproducibility.md)
         numerics.warn_once(numerics.pin())
     except ConfigError as exc:
-        print(f"stalebench: {exc}", file=sys.stderr)
+        print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
         return 2
     args = _parser().parse_args(argv)
     if args.plugin:                              # Ray workers inherit it and import the same modules
         os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        print(f"stalebench: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+    except (ConfigError, ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+        print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:                      # output piped into `head` and closed
         return 0

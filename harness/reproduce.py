@@ -19,10 +19,16 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
   difference new - committed and its 95% interval (`report.stats.difference_estimate`: IQM bootstrap with
   >= 5 seeds a side, Welch t below); **agrees** when the interval contains 0, **differs** when it excludes
   0, **undecided** with one seed a side (no interval).
+
+A committed trial whose files cannot be read as numbers is **unreadable** (its cell says why); the other
+cells still get their verdicts. When REPORT_DIR holds the report's results.json, its published final
+accuracies are checked against the raw trials' (a row ``results.json``: matches, or DIFFERS naming the
+first trial).
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,7 +42,11 @@ from harness.config.run import ConfigError, RunConfig, to_dict
 from harness.store.archive import ARCHIVE_NAME as ARCHIVE, open_archive
 from harness.config.expand import Suite, Trial, load_suite_trials, select_trials
 from harness.store.trialdir import SUITE_FILE
+from harness.store.untrusted import short
+from harness.store.untrusted_json import read_json_file
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
+BUNDLE = "results.json"          # the report's published numbers (report/html.py), beside raw.tar.gz
+MAX_BUNDLE_BYTES = 256 * 2**20
 
 
 @contextlib.contextmanager
@@ -87,7 +97,8 @@ def planned(every: list[Trial], committed: Path, only: list[str]) -> tuple[list[
 
 
 def _numerics(trial_dir: Path) -> dict[str, Any]:
-    return trialdir.read_provenance(trial_dir).get("numerics") or {}
+    numbers = trialdir.read_provenance(trial_dir).get("numerics")
+    return numbers if isinstance(numbers, dict) else {}
 
 
 def _first_difference(old: list[dict[str, Any]], new: list[dict[str, Any]], what: str) -> str | None:
@@ -155,9 +166,10 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
     out = []
     for name, group in cells.items():
         n = len(group)
-        blocked = [c for c in group if c.verdict in ("config changed", "missing")]
+        blocked = [c for c in group if c.verdict in ("config changed", "missing", "unreadable")]
         if blocked:
-            out.append((name, "not rerun" if blocked[0].verdict == "config changed" else "incomplete",
+            out.append((name, {"config changed": "not rerun", "missing": "incomplete"}.get(blocked[0].verdict,
+                                                                                          "unreadable"),
                         f"{blocked[0].trial.trial_id}: {blocked[0].verdict} ({blocked[0].detail})"))
             continue
         if all(c.verdict == "identical" for c in group):
@@ -168,8 +180,8 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
             out.append((name, "DIFFERS", f"{broken[0].trial.trial_id} has the committed float path, CPU vendor, "
                                          f"torch and MKL but {broken[0].detail}"))
             continue
-        old = np.array([old_finals[c.trial.trial_id] for c in group])
-        new = np.array([new_finals[c.trial.trial_id] for c in group])
+        old = np.array([old_finals.get(c.trial.trial_id, np.nan) for c in group])   # NaN: a trial the report
+        new = np.array([new_finals.get(c.trial.trial_id, np.nan) for c in group])   # could not score
         d = stats.difference_estimate(new, old)
         means = f"final acc {old.mean():.3f} -> {new.mean():.3f} (n={n}; {_other(group)})"
         if d.method == "none":
@@ -179,6 +191,45 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
         out.append((name, "agrees" if within else "differs",
                     f"{means}: {d.point:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}]{'*' if d.low_confidence else ''}"))
     return out
+
+
+def _checked(trial: Trial, committed: Path, rerun: Path) -> TrialCheck:
+    """check_trial, or an "unreadable" verdict naming the problem: a damaged committed file (a string where
+    numbers belong, a list for an object) must not cost the verdicts of the other cells."""
+    try:
+        return check_trial(trial, committed, rerun)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        return TrialCheck(trial, "unreadable", f"{type(exc).__name__}: {short(str(exc), 120)[1:-1]}")
+
+
+def published(report_dir: Path, committed: Path) -> list[tuple[str, str, str]]:
+    """A verdict row for REPORT_DIR's results.json (when it has one): every trial's published final accuracy
+    must be the one its raw trials give (scored as the report scores it), and the same trials must be in
+    both; "matches", "DIFFERS" (naming the first trial) or "unreadable". The published numbers are what
+    readers cite: a results.json edited after rendering is caught here."""
+    path = report_dir / BUNDLE
+    if not path.is_file():
+        return []
+    try:
+        bundle = read_json_file(path, BUNDLE, MAX_BUNDLE_BYTES)
+        trials = bundle["trials"] if isinstance(bundle, dict) else None
+        if not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
+            raise ValueError("no list of trial records under 'trials'")
+        shown = {str(t.get("trial_id")): t.get("final_acc") for t in trials}
+    except (ValueError, KeyError) as exc:
+        return [(BUNDLE, "unreadable", short(str(exc).replace(str(path), BUNDLE), 160)[1:-1])]
+    raw = _finals(committed)
+    wrong = []
+    for tid in sorted(set(raw) | set(shown)):
+        a, b = shown.get(tid, "absent"), raw.get(tid, "absent")
+        same = (a is None and isinstance(b, float) and math.isnan(b)) or (
+            isinstance(a, (int, float)) and not isinstance(a, bool) and isinstance(b, float) and abs(a - b) <= 1e-12)
+        if not same:
+            wrong.append(f"trial {short(tid, 60)[1:-1]}: final_acc {short(a, 30)} published, {short(b, 30)} from the raw trials")
+    if wrong:
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        return [(BUNDLE, "DIFFERS", wrong[0] + more)]
+    return [(BUNDLE, "matches", f"{len(raw)} trials' published final accuracy equals their raw trials'")]
 
 
 Runner = Callable[[Suite, list[Trial], Path], None]
@@ -196,10 +247,10 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
         shutil.copyfile(committed / SUITE_FILE, new_dir / SUITE_FILE)       # the same effective suite
         if rerun:
             run(suite, rerun, out_root)
-        checks = refused + [check_trial(t, committed, new_dir) for t in rerun]
+        checks = refused + [_checked(t, committed, new_dir) for t in rerun]
         order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])
-        rows = verdicts(checks, committed, new_dir)
+        rows = verdicts(checks, committed, new_dir) + published(Path(report_dir), committed)
     width = max(len(r[0]) for r in rows)
     counts = {v: sum(1 for r in rows if r[1] == v) for v in dict.fromkeys(r[1] for r in rows)}
     head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(rows)} cell(s), rerun in {new_dir}",

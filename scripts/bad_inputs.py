@@ -248,8 +248,161 @@ def cases() -> list[Case]:
               ("nested 10^6 deep", "[" * 10**6 + "]" * 10**6 + "\n"),
               ("non-numeric", json.dumps({"step": 1, "versions": ["x"] * 16}) + "\n"),
               ("too short", json.dumps({"step": 1, "versions": [0] * 16}) + "\n")]],
+        *ring2(),
     ]
     return c
+
+
+# ---- issue 39 (untrusted inputs, second ring): hostile archives, trial files, merges
+
+def _tar_block(name: str, kind: bytes, size: int) -> bytes:
+    import tarfile
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def _good_tar(files: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def archive(kind: str) -> bytes:
+    """A hostile raw.tar.gz: a chain of extension headers, a huge declared long name, a bad CRC, a damaged
+    body or a damaged tar header in the middle."""
+    import gzip
+    import tarfile
+    tar = _good_tar({"suite.yaml": suite().encode(), f"{TRIAL}/params.json": b'{"seed": 0}',
+                     f"{TRIAL}/status.json": b'{"status": "completed"}'})
+    if kind == "pax chain":
+        record = b"11 path=ab\n"
+        return gzip.compress((_tar_block("././@x", tarfile.XHDTYPE, len(record)) + record.ljust(512, b"\0")) * 5000 + tar)
+    if kind == "gnu long-name chain":
+        record = b"suite.yaml\0"
+        return gzip.compress((_tar_block("././@LongLink", tarfile.GNUTYPE_LONGNAME, len(record))
+                              + record.ljust(512, b"\0")) * 5000 + tar)
+    if kind == "1 GiB long name":
+        return gzip.compress(_tar_block("././@LongLink", tarfile.GNUTYPE_LONGNAME, 2**30) + b"a" * (5 * 2**20))
+    good = gzip.compress(tar, mtime=0)
+    if kind == "bad CRC":
+        return good[:-8] + bytes([good[-8] ^ 1]) + good[-7:]
+    if kind == "damaged body":
+        body = bytearray(good)
+        body[len(body) // 2] ^= 0xFF
+        return bytes(body)
+    if kind == "damaged header mid-stream":
+        raw = bytearray(tar)
+        raw[1024 + 148] ^= 1
+        return gzip.compress(bytes(raw))
+    raise ValueError(kind)
+
+
+def trial_file(name: str, content: str, status: str = '{"status": "completed", "step": 4}') -> Callable[[Path], None]:
+    """results/s1/ with two completed trials of sound files (4 steps, evaluations) and `name` of grpo-s0
+    replaced by `content`."""
+    def setup(d: Path) -> None:
+        suite_dir = d / "results" / "s1"
+        for tid, algo in ((TRIAL, "grpo"), ("gmc_grpo-s0", "gmc_grpo")):
+            t = suite_dir / tid
+            t.mkdir(parents=True)
+            files = {"params.json": json.dumps({"trial_id": tid, "algorithm": algo, "seed": 0}),
+                     "config.yaml": dump({"algorithm": algo, "seed": 0, "train": {"steps": 4}}),
+                     "status.json": status,
+                     "metrics.jsonl": "".join(json.dumps({"step": s, "loss/value": 0.1}) + "\n" for s in range(1, 5)),
+                     "eval.jsonl": "".join(json.dumps({"step": s, "eval/acc": 0.25}) + "\n" for s in (0, 2, 4))}
+            if tid == TRIAL:
+                files[name] = content
+            for fname, text in files.items():
+                (t / fname).write_text(text)
+        (suite_dir / "suite.yaml").write_text(suite())
+    return setup
+
+
+def merge_with(config: str) -> Callable[[Path], None]:
+    """raw.tar.gz of a reference (results/s1) and a user's results/mine/s1 whose new trial has `config`."""
+    def setup(d: Path) -> None:
+        sys.path.insert(0, str(REPO))
+        from harness.store.archive import pack_suite
+        trial_file("eval.jsonl", "".join(json.dumps({"step": s, "eval/acc": 0.25}) + "\n" for s in (0, 2, 4)))(d)
+        pack_suite(d / "results" / "s1", d / "raw.tar.gz")
+        mine = d / "mine" / "s1" / "tis-s0"
+        mine.mkdir(parents=True)
+        (mine / "params.json").write_text(json.dumps({"trial_id": "tis-s0", "algorithm": "tis", "seed": 0}))
+        (mine / "config.yaml").write_text(config)
+        (mine / "status.json").write_text('{"status": "completed", "step": 4}')
+        (d / "mine" / "s1" / "suite.yaml").write_text(suite())
+    return setup
+
+
+def _plugin(d: Path) -> None:
+    (d / "exiting_plugin.py").write_text("import sys\nsys.exit(0)\n")
+
+
+def _out_index_dir(d: Path) -> None:
+    trial_file("eval.jsonl", "".join(json.dumps({"step": s, "eval/acc": 0.25}) + "\n" for s in (0, 2, 4)))(d)
+    (d / "rep" / "index.html").mkdir(parents=True)
+
+
+def ring2() -> list[Case]:
+    report = ["report", "{d}/results/s1", "--out", "{d}/rep"]
+    deep = "[" * 100_000 + "]" * 100_000
+    evals = lambda rows: "".join(json.dumps(r) + "\n" for r in rows)   # noqa: E731
+    return [
+        *[Case(f"ring2: archive {kind}", ["report", "{d}/raw.tar.gz", "--out", "{d}/rep"], {"raw.tar.gz": archive(kind)})
+          for kind in ("pax chain", "gnu long-name chain", "1 GiB long name", "bad CRC", "damaged body",
+                       "damaged header mid-stream")],
+        *[Case(f"ring2: report {kind}", report, setup=trial_file(name, text), expect="shown") for kind, name, text in [
+            ("params.json nested 10^5 deep", "params.json", deep),
+            ("status.json nested 10^5 deep", "status.json", '{"a":' * 100_000 + "1" + "}" * 100_000),
+            ("provenance.json nested 10^5 deep", "provenance.json", deep),
+            ("config.yaml nested 20,000 deep", "config.yaml", "a: [" * 20_000),
+            ("config.yaml alias bomb", "config.yaml", BOMB),
+            ("a step of 'x'", "metrics.jsonl", '{"step": "x", "loss/value": 0.1}\n'),
+            ("a step of null", "metrics.jsonl", '{"step": null, "loss/value": 0.1}\n'),
+            ("a 400-digit integer", "metrics.jsonl", '{"step": 1, "loss/value": ' + "9" * 400 + "}\n"),
+            ("eval/acc 7.5", "eval.jsonl", evals([{"step": 0, "eval/acc": 0.2}, {"step": 4, "eval/acc": 7.5}])),
+            ("eval/acc -3", "eval.jsonl", evals([{"step": 0, "eval/acc": 0.2}, {"step": 4, "eval/acc": -3}])),
+            ("a NaN last evaluation", "eval.jsonl", '{"step": 0, "eval/acc": 0.2}\n{"step": 4, "eval/acc": NaN}\n'),
+            ("rows at step -5 and 250.5", "eval.jsonl", evals([{"step": -5, "eval/acc": 0.2}, {"step": 250.5, "eval/acc": 0.9}])),
+            ("a completed trial with no rows", "metrics.jsonl", ""),
+            ("params contradicting config", "config.yaml", dump({"algorithm": "naive", "seed": 0, "train": {"steps": 4}}))]],
+        Case("ring2: report a trial copied under another id", report, expect="shown",
+             setup=lambda d: (trial_file("eval.jsonl", evals([{"step": 4, "eval/acc": 0.3}]))(d),
+                              __import__("shutil").copytree(d / "results" / "s1" / TRIAL, d / "results" / "s1" / "grpo-s9"))),
+        Case("ring2: report --out an existing file", ["report", "{d}/results/s1", "--out", "{d}/taken"], {"taken": "x"},
+             setup=trial_file("eval.jsonl", evals([{"step": 4, "eval/acc": 0.3}]))),
+        Case("ring2: report --out whose index.html is a directory", report, setup=_out_index_dir),
+        Case("ring2: merge a billion-laughs config.yaml", ["report", "{d}/mine/s1", "--merge", "{d}/raw.tar.gz",
+                                                          "--out", "{d}/rep"], setup=merge_with(BOMB)),
+        Case("ring2: merge params contradicting config", ["report", "{d}/mine/s1", "--merge", "{d}/raw.tar.gz",
+                                                         "--out", "{d}/rep"],
+             setup=merge_with(dump({"algorithm": "naive", "seed": 0, "train": {"steps": 4}}))),
+        Case("ring2: trace /proc/kmsg", ["check", "{d}/s.yaml"],
+             {"s.yaml": base(delay={"dist": "trace", "path": "/proc/kmsg", "max": 8})}),
+        Case("ring2: trace /proc/self/mem", ["check", "{d}/s.yaml"],
+             {"s.yaml": base(delay={"dist": "trace", "path": "/proc/self/mem", "max": 8})}),
+        Case("ring2: trace path with escape codes", ["check", "{d}/s.yaml"],
+             {"s.yaml": base(delay={"dist": "trace", "path": "\x1b[2J\x1b[31mt.jsonl", "max": 8})}),
+        Case("ring2: trace with a duplicate key", ["check", "{d}/s.yaml"],
+             {"s.yaml": base(delay={"dist": "trace", "path": "t.jsonl", "max": 8}),
+              "t.jsonl": "".join('{"step": %d, "step": %d, "versions": [%s]}\n' % (s, s, ", ".join(["0"] * 16))
+                                 for s in range(1, 5))}),
+        Case("ring2: --set seed=99", ["check", "{d}/s.yaml", "--set", "seed=99"], {"s.yaml": suite()}),
+        Case("ring2: --set algorithm over the grid", ["check", "{d}/s.yaml", "--set", "algorithm=tis"], {"s.yaml": suite()}),
+        Case("ring2: overrides file of a seed", ["check", "{d}/s.yaml", "--overrides", "{d}/o.yaml"],
+             {"s.yaml": suite(), "o.yaml": dump({"overrides": {"grpo": {"seed": 3}}})}),
+        Case("ring2: a plugin that calls sys.exit(0)", ["--plugin", "exiting_plugin", "check", "{d}/s.yaml"],
+             {"s.yaml": suite()}, setup=_plugin),
+        Case("ring2: run --report (Ray starts, then the report)", ["run", "{d}/s.yaml", "--results", "{d}/r", "--report"],
+             {"s.yaml": suite()}, expect="shown"),
+    ]
 
 
 @dataclass

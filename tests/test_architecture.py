@@ -28,7 +28,8 @@ TRIAL_FILES = (trialdir.CONFIG, trialdir.PARAMS, trialdir.PROVENANCE, trialdir.M
 PATH_NAMES = (trialdir.POLICY_DIR, trialdir.BENCHMARKS_DIR, trialdir.BENCHMARK_RESULTS, trialdir.LAB_DIR,
               trialdir.RAY_DIR, trialdir.TUNE_DIR, trialdir.LOCK)
 OTHER_MEANINGS = {("harness/tasks/benchmarks.py", "benchmarks"): "the shared benchmark data directory",
-                  ("harness/report/html.py", "results.json"): "the report's bundle, reports/<suite>/results.json"}
+                  ("harness/report/html.py", "results.json"): "the report's bundle, reports/<suite>/results.json",
+                  ("harness/reproduce.py", "results.json"): "the report's bundle, checked against the raw trials"}
 # The modules that may know that a run config can be an estimator-lab one (the `lab` kind and its package,
 # the run config that declares the section, the kind registry): everyone else asks the trial's kind.
 LAB_KNOWERS = ("harness.lab", "harness.config.lab", "harness.store.trialdir")

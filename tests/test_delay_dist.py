@@ -63,7 +63,7 @@ def test_draws_are_seeded_by_seed_and_batch_only_and_follow_the_law():
     ({"dist": "empirical", "weights": [1, "x"], "max": 1}, "delay.weights[1]: expected float"),
     ({"dist": "empirical", "max": 1}, "delay.weights: required"),
     ({"dist": "trace", "max": 1}, "delay.path: required"),
-    ({"dist": "geometric", "p": 0.2, "max": 4, "skew": 1}, "delay.skew: unknown key; valid keys: dist, max, mean, min, p, path, per, weights"),
+    ({"dist": "geometric", "p": 0.2, "max": 4, "skew": 1}, "delay.skew: unknown key; valid keys: dist, max, mean, min, p, path, per, sha256, weights"),
     ({"dist": "geometric", "p": 0.2, "max": 4, "per": "token"}, "delay.per: 'token' is not valid; choose one of response, prompt"),
 ])
 def test_bad_parameters_are_one_line_errors(tiny_base, delay, message):

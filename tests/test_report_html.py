@@ -397,3 +397,46 @@ def test_report_and_site_in_a_real_browser(built):
             assert problems == []
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------- worker processes: never after Ray, one crash named
+
+
+def _raises():
+    raise ValueError("bad\ndata")
+
+
+def _segfaults():
+    import faulthandler
+    import signal
+    faulthandler.disable()      # pytest's handler would print the child's stack
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_job_that_raises_or_kills_its_worker_is_named_and_the_others_are_kept(monkeypatch):
+    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    if not parallel.can_fork():
+        pytest.skip("this process cannot fork workers (a thread or Ray is loaded)")
+    out = parallel.fork_map([lambda: 1, _raises, _segfaults, lambda: 4], isolate=True)
+    assert out[0] == 1 and out[3] == 4
+    assert out[1] == parallel.Failed("ValueError: bad data")           # one line
+    assert isinstance(out[2], parallel.Failed) and "worker process died" in out[2].reason
+
+
+def test_no_worker_is_forked_once_ray_is_loaded(monkeypatch):
+    """Forked children of a process that loaded Ray die in _raylet.so: run in order instead."""
+    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    monkeypatch.setitem(sys.modules, "ray", type(sys)("ray"))
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", lambda *a, **k: pytest.fail("forked after Ray loaded"))
+    assert parallel.fork_map([lambda: os.getpid()] * 2) == [os.getpid()] * 2
+
+
+def test_a_figure_that_fails_is_named_and_the_rest_of_the_report_is_written(tmp_path, monkeypatch, capsys):
+    suite = make_results(tmp_path / "results")
+    monkeypatch.setattr(report_html.fig, "learning_curves", lambda *a, **k: _raises())
+    index = build_report(suite, tmp_path / "out")
+    page = index.read_text()
+    assert "figure &#39;learning&#39; was not drawn: ValueError: bad data" in page
+    bundle = json.loads((index.parent / "results.json").read_text())
+    assert bundle["figures"] and not any(f["file"].startswith("learning") for f in bundle["figures"])
+    assert "stalebench: warning: figure 'learning' was not drawn" in capsys.readouterr().err

@@ -116,3 +116,35 @@ def test_the_cli_states_its_verdicts_and_refuses_what_is_not_a_results_directory
     assert "neither raw.tar.gz nor a suite results directory" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="matches no trial"):
         reproduce(committed, ["algorithm=bapo"], tmp_path / "results", run_in_process)
+
+
+def test_damaged_committed_files_still_get_their_verdicts(committed, tmp_path):
+    """Issue 39: a deep provenance, params.json as a list or numerics as a string crashed reproduce before
+    its verdict; a garbage results.json still "reproduced identical"."""
+    damaged = copy_of(committed, tmp_path)
+    (damaged / "naive-d0-s1" / trialdir.PROVENANCE).write_text("[" * 100_000 + "]" * 100_000)
+    prov = trialdir.read_provenance(damaged / "naive-d0-s0")
+    (damaged / "naive-d0-s0" / trialdir.PROVENANCE).write_text(json.dumps({**prov, "numerics": "fast"}))
+    (damaged / "grpo-d0-s1" / trialdir.PARAMS).write_text("[1, 2]")
+    (damaged / "results.json").write_text("garbage")
+    text, rows = reproduce(damaged, [], tmp_path / "results", run_in_process)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "identical", "algorithm=naive delay=0": "identical",
+                              "results.json": "unreadable"}, text
+    assert "results.json: not valid JSON" in text
+
+
+def test_results_json_is_checked_against_the_raw_trials(committed, tmp_path, capsys):
+    from harness.report import build_report
+
+    report = copy_of(committed, tmp_path)
+    build_report(committed, tmp_path / "rendered")
+    bundle = json.loads((tmp_path / "rendered" / "results.json").read_text())
+    (report / "results.json").write_text(json.dumps(bundle))
+    text, rows = reproduce(report, ["algorithm=grpo"], tmp_path / "results", run_in_process)
+    assert verdicts(rows)["results.json"] == "matches", text
+    next(t for t in bundle["trials"] if t["trial_id"] == "naive-d0-s1")["final_acc"] = 0.99
+    (report / "results.json").write_text(json.dumps(bundle))
+    assert main(["reproduce", str(report), "--only", "algorithm=grpo", "--results", str(tmp_path / "results"),
+                 "--in-process"]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS    trial naive-d0-s1: final_acc 0.99 published, 0.0 from the raw trials" in out, out

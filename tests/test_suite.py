@@ -194,6 +194,13 @@ def test_missing_suite_file(tmp_path):
         load_suite_file(tmp_path / "nope.yaml")
 
 
+def test_a_grid_over_max_trials_is_one_line(tmp_path):
+    # 2 algorithms x 2 delays x 2 seeds = 8 trials, over a limit of 7
+    with pytest.raises(ConfigError) as err:
+        load_suite_file(write(tmp_path, suite_dict()), max_trials=7)
+    assert "the grid has 8 trials, more than the limit 7" in str(err.value)
+
+
 def test_parse_suite_is_pure():
     suite = parse_suite(suite_dict(), "inline")
     assert suite.name == "unit" and len(expand(suite)) == 8

@@ -127,3 +127,36 @@ def test_the_staleness_suites_load(monkeypatch):
            for name in ("mismatch-vs-lag", "async-trace", "async-trace-record")}
     assert len(ids["mismatch-vs-lag"]) == 4 * 2 * 2 * 2 * 2 and len(ids["async-trace"]) == 4 * 3 * 2
     assert len(set(ids["async-trace"])) == len(ids["async-trace"])
+
+
+def test_an_edited_trace_changes_the_trials_config_and_other_delays_keep_theirs(tiny_base, tmp_path):
+    """Issue 39: identity held the trace's path, so a trace edited in place was silently reused (`run`
+    said "1 already finished"); the resolved config now carries the file's sha256."""
+    from harness.config.run import to_dict
+
+    path = write(tmp_path / "t.jsonl", GOOD)
+    before = to_dict(build_run_config(tiny_base, replay(path)))
+    assert len(before["delay"]["sha256"]) == 64
+    write(path, GOOD[:1] + [{"step": 2, "versions": [1] + [0] * 15}] + GOOD[2:])
+    after = to_dict(build_run_config(tiny_base, replay(path)))
+    assert trialdir.config_changes(before, after) == [                      # _short: 40 characters of a repr
+        f"delay.sha256 '{before['delay']['sha256'][:36]}... -> '{after['delay']['sha256'][:36]}..."]
+    with pytest.raises(ConfigError, match="delay.sha256: the trace .* now has sha256 .* it was edited since"):
+        build_run_config(tiny_base, {"delay": before["delay"]})     # a config that recorded the old sha256
+    # no trace, no new key: committed trials keep their identity
+    assert to_dict(build_run_config(tiny_base, {"delay": 3}))["delay"] == 3
+    assert "sha256" not in to_dict(build_run_config(tiny_base, {"delay": {"dist": "geometric", "p": 0.5, "max": 4}}))["delay"]
+
+
+def test_a_fifo_proc_file_or_duplicate_key_trace_is_one_line(tiny_base, tmp_path):
+    import os
+    os.mkfifo(tmp_path / "fifo.jsonl")                       # before: `check` hung on /proc/kmsg; an OSError
+    for path, message in ((tmp_path / "fifo.jsonl", "not a file"),           # traceback on /proc/self/mem
+                          ("/proc/self/mem", "a file of the kernel's proc/"),
+                          ("/proc/kmsg", "a file of the kernel's proc/|cannot read")):
+        with pytest.raises(ConfigError, match=message) as exc:
+            build_run_config(tiny_base, replay(path))
+        assert str(exc.value).startswith("delay.path: ") and "\n" not in str(exc.value)
+    dup = write(tmp_path / "dup.jsonl", ['{"step": 1, "step": 1, "versions": [' + ", ".join(["0"] * B) + "]}"])
+    with pytest.raises(ConfigError, match="line 1: not a JSON object"):
+        build_run_config(tiny_base, replay(dup))

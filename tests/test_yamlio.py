@@ -1,4 +1,4 @@
-"""Tests for harness.config.yamlio: every refusal is a one-line ConfigError, and hostile input stays cheap."""
+"""Tests for harness.config.yamlio (the reader in harness.store.untrusted): every refusal is a one-line ConfigError, and hostile input stays cheap."""
 from __future__ import annotations
 
 import os
@@ -192,7 +192,7 @@ def test_imports_only_stdlib_yaml_and_errors() -> None:
     import ast
     import sys
 
-    import harness.config.yamlio as module
+    import harness.store.untrusted as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.errors import ConfigError
 
@@ -28,7 +28,7 @@ PER = ("response", "prompt")
 MAX_LAG = 256          # snapshots kept: max + 1 copies of the policy (the tiny model is 2 MB)
 MAX_WEIGHTS = 10_000   # entries of an empirical histogram
 _PARAMS = {"uniform": ("min",), "geometric": ("p",), "poisson": ("mean",), "empirical": ("weights",),
-           "trace": ("path",)}
+           "trace": ("path", "sha256")}
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class DelayDistribution:
     weights: tuple[float, ...] | None = None   # empirical: unnormalized weights of lags 0, 1, 2, ...
     path: str | None = None                 # trace: a trace file (format: docs/staleness.md)
     per: str = "response"                   # one draw per response | per prompt (its G responses together)
+    sha256: str | None = field(default=None, metadata={"omit_if_none": True})   # trace: the file's sha256,
+    # set when the config is resolved (config.build_run_config), so an edited trace is a changed trial; left
+    # out of the resolved config when None, so trials without traces keep their identity
 
     def validate(self, key: str = "delay") -> None:
         if self.dist not in DISTS:
@@ -52,7 +55,7 @@ class DelayDistribution:
                               f"snapshots are kept); got {got}")
         if self.per not in PER:
             raise ConfigError(f"{key}.per: {self.per!r} is not valid; choose one of {', '.join(PER)}")
-        given = {name for name in ("p", "mean", "weights", "path") if getattr(self, name) is not None}
+        given = {name for name in ("p", "mean", "weights", "path", "sha256") if getattr(self, name) is not None}
         given |= {"min"} if self.min else set()
         extra = sorted(given - set(_PARAMS[self.dist]))
         if extra:

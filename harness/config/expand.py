@@ -21,6 +21,7 @@ from harness.registry import SOURCES, claimant
 from harness.config.kinds import kind_of
 from harness.config.suite import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
 from harness.config.yamlio import load_yaml_text, read_text_file, short
+from harness.store.untrusted import display
 
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)
 _ABBREV = {"algorithm": "", "delay": "d", "eps": "e", "group_size": "g"}
@@ -87,10 +88,23 @@ def apply_sets(data: Any, sets: list[str], text: str) -> tuple[Any, str]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item[:80]!r}: expected key=value with a dotted key of base, e.g. train.lr=3e-4")
+        _not_identity(data, key.strip(), f"--set {short(item)}")
         base = set_dotted(base, key.strip(), load_yaml_text(raw, f"--set {short(item)}"))
     data = {**data, "base": base}
     header = "# effective suite: " + " ".join(f"--set {s}" for s in sets).replace("\n", " ")[:2000] + "\n"
     return data, header + yaml.safe_dump(data, sort_keys=False)
+
+
+def _not_identity(data: Mapping[str, Any], key: str, where: str, always: tuple[str, ...] = ("seed",)) -> None:
+    """Refuse an override of what tells a suite's trials apart (the seed, a grid key): each trial sets it
+    from `seeds:` or `grid:`, which win over `base`, so the override would be silently ignored (and, in an
+    overrides file, would split the shared on-policy run)."""
+    grid = data.get("grid") if isinstance(data.get("grid"), Mapping) else {}
+    if key in always or key in grid:
+        source = "the suite's seeds: list" if key == "seed" else ("its grid: values" if key in grid else
+                                                                   "the estimator it overrides")
+        raise ConfigError(f"{where}: {key} tells the suite's trials apart and is set per trial by {source}; "
+                          f"change the suite file instead (an override of it would be ignored)")
 
 
 def apply_overrides_file(data: Any, path: Path, text: str) -> tuple[Any, str]:
@@ -104,6 +118,9 @@ def apply_overrides_file(data: Any, path: Path, text: str) -> tuple[Any, str]:
         raise ConfigError("--overrides: the suite is not a mapping")
     merged = {k: dict(v) for k, v in (data.get("overrides") or {}).items()}
     for algorithm, values in extra["overrides"].items():
+        for key in values:
+            _not_identity(data, str(key), f"{display(path)}: overrides.{display(algorithm)}.{display(key)}",
+                          always=("seed", "algorithm"))
         merged[algorithm] = {**merged.get(algorithm, {}), **values}
     data = {**data, "overrides": merged}
     return data, f"# effective suite: --overrides {short(str(path))}\n" + yaml.safe_dump(data, sort_keys=False)

@@ -20,8 +20,9 @@ from typing import Any, Mapping
 from harness.config.delays import DelayDistribution
 from harness.errors import ConfigError
 from harness.registry import BACKENDS, ENGINES, FORWARDS
-from harness.config.trace import read_trace
+from harness.config.trace import read_trace, trace_sha256
 from harness.config.lab import LabConfig
+from harness.store.untrusted import short
 
 
 DEFAULT_ESTIMATOR = "grpo"
@@ -305,8 +306,9 @@ def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
 
 def to_dict(obj: Any) -> Any:
     """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict)."""
-    if dataclasses.is_dataclass(obj):
-        return {_yaml_name(f): to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if dataclasses.is_dataclass(obj):          # a field marked omit_if_none is left out while None (delay.sha256)
+        return {_yaml_name(f): to_dict(getattr(obj, f.name)) for f in fields(obj)
+                if not (f.metadata.get("omit_if_none") and getattr(obj, f.name) is None)}
     if isinstance(obj, Mapping):
         return {k: to_dict(v) for k, v in obj.items()}
     if isinstance(obj, tuple):
@@ -335,7 +337,21 @@ def build_run_config(base: Mapping[str, Any], overrides: Mapping[str, Any] = typ
         data = set_dotted(data, dotted, value)
     cfg = from_dict(RunConfig, data, "base")
     cfg.validate()
-    return cfg
+    return _with_trace_sha256(cfg)
+
+
+def _with_trace_sha256(cfg: RunConfig) -> RunConfig:
+    """A trace-replaying config with `delay.sha256` set to its file's (the trial's identity follows the
+    trace's contents, not its path); ConfigError when the config already names another sha256."""
+    delay = cfg.delay
+    if not isinstance(delay, DelayDistribution) or delay.dist != "trace":
+        return cfg
+    digest = trace_sha256(delay.path)
+    if delay.sha256 not in (None, digest):
+        raise ConfigError(f"delay.sha256: the trace {short(delay.path)} now has sha256 {digest[:12]}..., not "
+                          f"{short(delay.sha256)[:16]}... as recorded; it was edited since (rerun the changed "
+                          f"trials, or restore the trace)")
+    return dataclasses.replace(cfg, delay=dataclasses.replace(delay, sha256=digest))
 
 
 def flatten(cfg: RunConfig) -> dict[str, Any]:

@@ -21,16 +21,20 @@ The file format (JSON Lines, UTF-8; one line per step, in order):
 
 Responses are prompt-major, like the trainer's rows: response i answers prompt i // G. Every problem is
 one line naming the file, the line and the fix; a file is never executed and is read at most once per
-(path, size, mtime), after a size check (MAX_TRACE_BYTES). Stdlib only.
+(path, size, mtime), after a size check (MAX_TRACE_BYTES), as untrusted input (store/untrusted.py); a key
+given twice on a line is refused. Its sha256 is part of the trial's resolved config (`delay.sha256`,
+set by config.build_run_config). Stdlib and store/untrusted.py only.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.store.untrusted import UntrustedError, read_bytes
 
 MAX_TRACE_BYTES = 64 * 2**20
 MAX_RESPONSES = 1 << 16        # per step
@@ -59,7 +63,7 @@ def _parse(path: str, size: int, mtime_ns: int, responses: int, k: int, max_lag:
            steps: int | None) -> list[list[int]]:
     where = _short(Path(path))
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = _read(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"delay.path: {where}: not UTF-8 text (a trace is JSON Lines)") from None
     out: list[list[int]] = []
@@ -77,9 +81,24 @@ def _parse(path: str, size: int, mtime_ns: int, responses: int, k: int, max_lag:
     return out
 
 
+def _read(path: str | Path) -> bytes:
+    """The trace's bytes, read as untrusted (store/untrusted.py: a regular file, not of /proc, /sys or
+    /dev, opened non-blocking): a FIFO, /proc/kmsg or an unreadable file is one line, never a hang."""
+    try:
+        return read_bytes(path, "trace file", MAX_TRACE_BYTES)
+    except UntrustedError as exc:
+        raise ConfigError(f"delay.path: {exc}") from None
+
+
+def trace_sha256(path: str | Path) -> str:
+    """sha256 of the trace file's bytes: part of a trace-replaying trial's resolved config (delay.sha256),
+    so a trace edited in place makes its trials changed trials, never silently reused."""
+    return hashlib.sha256(_read(path)).hexdigest()
+
+
 def _row(where: str, line: str, step: int, responses: int, k: int, max_lag: int) -> list[int]:
     try:
-        row = json.loads(line, parse_constant=_no_constant)
+        row = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"delay.path: {where}: not a JSON object ({type(exc).__name__}); each line is "
                           f'{{"step": N, "versions": [...]}}') from None
@@ -123,6 +142,13 @@ def _one_segment(where: str, i: int, seg: object) -> object:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a duplicate key")
+    return out
 
 
 def _no_constant(name: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
@@ -25,16 +26,19 @@ import numpy as np
 import pandas as pd
 
 from harness.registry import FIGURES
+from harness.store.untrusted import display, one_line
+from harness.store.untrusted_json import read_json_file
 from harness.report import figures as fig
-from harness.report import importance, paper, stats, tables
+from harness.report import checks, importance, paper, stats, tables
 from harness.report.load import SuiteResults, load_results
-from harness.report.parallel import fork_map
+from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
 from harness.config.suite import DEFAULT_BASELINE
 from harness.report.sections import Section, report_sections
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
+MAX_BUNDLE_BYTES = 256 * 2**20   # a committed results.json read by build_site
 DOCS_URL = "../../docs/report.md"  # reports/<suite>/index.html -> the repository's docs/report.md
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -76,11 +80,12 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     """
     res = load_results(Path(results_dir))
     out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
+    _check_out_dir(out_dir)
     figures_out = fig.Output(out_dir, tuple(formats))
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
-    figures = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
+    figures, not_drawn = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
     extras = [_section_record(s) for s in report_sections(res, out_dir)]
     prov = summarize(res.provenance)
@@ -89,6 +94,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     exports = paper.write_exports(papers, res.name, out_dir)
 
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
+    context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
@@ -118,16 +124,49 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     return out_dir / "index.html"
 
 
+OUTPUT_FILES = ("index.html", "results.json", "leaderboard.csv", "cells.csv", "trials.csv")
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse, before anything is written, an output directory that is a file or holds a directory where
+    the report writes a file (a half-written report otherwise)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {display(out_dir)}: exists and is not a directory; give a directory")
+    for parent in out_dir.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--out {display(out_dir)}: {display(parent)} is not a directory")
+    for name in OUTPUT_FILES:
+        if (out_dir / name).exists() and not (out_dir / name).is_file():
+            raise ValueError(f"--out {display(out_dir)}: {name} there is not a regular file (a directory?); "
+                             f"remove it or give another --out")
+
+
+def _invalid_trials(trials: pd.DataFrame) -> list[str]:
+    """One page warning per trial that breaks a rule of report/checks.py, and one stderr line for all."""
+    bad = trials[trials["status"] == checks.INVALID]
+    lines = [f"trial {t} is not counted: {n}" for t, n in zip(bad["trial_id"], bad["notes"])]
+    if lines:
+        first = "; ".join(lines[:2])
+        more = f" (and {len(lines) - 2} more; see the report's warnings)" if len(lines) > 2 else ""
+        print(f"stalebench: warning: {len(lines)} trial(s) break a rule of their files and are not counted: "
+              f"{one_line(first, 300)}{more}", file=sys.stderr)
+    return lines
+
+
 # The facet grids (one panel per delay and slice) take longest: drawn first, so the workers finish together.
 SLOW_FIGURES = ("learning", "survival", "diagnostics")
 
 
-def _draw_figures(jobs: dict[str, Callable[[], fig.FigureOut | None]]) -> list[fig.FigureOut]:
+def _draw_figures(jobs: dict[str, Callable[[], fig.FigureOut | None]]) -> tuple[list[fig.FigureOut], list[str]]:
     """Draw the figures (independent and CPU-bound in matplotlib) with ``fork_map``, the slow ones first;
-    return those drawn, in page order."""
+    return those drawn, in page order, and one warning per figure that failed (also on stderr): the
+    rest of the report is still written."""
     names = sorted(jobs, key=lambda n: n not in SLOW_FIGURES)
-    made = dict(zip(names, fork_map([jobs[n] for n in names])))
-    return [made[n] for n in jobs if made[n] is not None]
+    made = dict(zip(names, fork_map([jobs[n] for n in names], isolate=True)))
+    failed = [f"figure '{n}' was not drawn: {made[n].reason}" for n in jobs if isinstance(made[n], Failed)]
+    for line in failed:
+        print(f"stalebench: warning: {one_line(line, 400)}", file=sys.stderr)
+    return [made[n] for n in jobs if made[n] is not None and not isinstance(made[n], Failed)], failed
 
 
 def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.FigureOut],
@@ -204,13 +243,13 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
         entry: dict[str, Any] = {"dir": bundle_path.parent.name,
                                  "href": quote(bundle_path.parent.name) + "/index.html"}
         try:
-            bundle = json.loads(bundle_path.read_text(encoding="utf-8"))
+            bundle = read_json_file(bundle_path, "results.json", MAX_BUNDLE_BYTES)    # untrusted: bounded, strict
             if bundle.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"schema_version {bundle.get('schema_version')!r}, "
                                  f"expected {SCHEMA_VERSION}")
             board = pd.DataFrame(bundle["leaderboard"])
         except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
-            suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {exc}"})
+            suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {one_line(str(exc), 200)}"})
             continue
         columns = leaderboard_columns([], bundle.get("baseline", DEFAULT_BASELINE), compact=True)
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),

@@ -35,6 +35,7 @@ import pandas as pd
 
 from harness.store import trialdir
 from harness.errors import ConfigError
+from harness.report import checks
 from harness.report.parallel import fork_map
 from harness.config.suite import ReportSection, Suite, read_suite_yaml
 
@@ -141,11 +142,11 @@ def _curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, np.nd
     return {"step": steps[idx].astype(np.int64), **{k: v[keep][idx] for k, v in cols.items()}}
 
 
-def _read_params(trial_dir: Path) -> tuple[dict[str, Any], list[str]]:
-    """params.json with non-scalar values flattened to JSON text, with a note when missing/unreadable."""
-    params, problem = trialdir.load(trial_dir, trialdir.PARAMS)
+def _read_params(trial_dir: Path, params: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """params.json (as read) with non-scalar values flattened to JSON text, with a note when
+    missing/unreadable."""
     if params is None:
-        return {}, [f"{'no' if problem == 'missing' else 'unreadable'} params.json"]
+        return {}, [f"{'no' if not (trial_dir / trialdir.PARAMS).exists() else 'unreadable'} params.json"]
     notes: list[str] = []
     flat = {k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True)
             for k, v in params.items() if k not in LIST_PARAMS}
@@ -197,13 +198,19 @@ def _read_suite(results_dir: Path) -> tuple[Suite, str]:
 def importance_summary(metric_rows: list[dict[str, Any]], trial_dir: Path) -> Importance:
     """The Importance of a trial from its metrics rows (all of them) and its is_hist.jsonl."""
     mid = len(metric_rows) // 2
-    half = [r for r in metric_rows if r.get("step", 0) > mid]
+    half = [r for r in metric_rows if _step(r) > mid]
     scalars = {}
     for key, values in _columns(half, IMPORTANCE_KEYS).items():   # NaN: not logged, or not a number
         values = values[~np.isnan(values)]
         scalars[key] = float(values.mean()) if values.size else np.nan
-    side = [h for h in trialdir.read_side_rows(trial_dir, trialdir.IS_HIST) if h.get("step", 0) > mid]
+    side = [h for h in trialdir.read_side_rows(trial_dir, trialdir.IS_HIST) if _step(h) > mid]
     return Importance(scalars, {k: sum_lists([h.get(k) for h in side]) for k in HIST_KEYS} if side else None)
+
+
+def _step(row: dict[str, Any]) -> float:
+    """A row's step as a number (-inf when it is not one: checks.py marks that trial)."""
+    step = row.get("step")
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else -math.inf
 
 
 def sum_lists(lists: list[Any]) -> np.ndarray:
@@ -221,20 +228,27 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                           dict[str, Any] | None, Importance]:
     """One trial: its table row (params, status, notes), metric curve, eval curve, provenance and
     importance diagnostics."""
-    params, notes = _read_params(trial_dir)
+    raw_params, _ = trialdir.load(trial_dir, trialdir.PARAMS)
+    params, notes = _read_params(trial_dir, raw_params)
     record = trialdir.read_record(trial_dir)
     status_notes = [record.note] if record.note else []
     prov, prov_notes = _read_provenance(trial_dir)
     metric_rows, bad_m = trialdir.scan_rows(trial_dir, trialdir.METRICS)
     eval_rows, bad_e = trialdir.scan_rows(trial_dir, trialdir.EVALS)
-    notes += status_notes + prov_notes
+    try:
+        config, problems = trialdir.checked_config(trial_dir), []
+    except ConfigError as exc:
+        config, problems = None, [str(exc).replace(str(trial_dir / trialdir.CONFIG), trialdir.CONFIG)]
+    problems += checks.trial_problems(raw_params or {}, config, record.status, metric_rows, eval_rows)
+    notes += status_notes + prov_notes + problems
     notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, trialdir.METRICS), (bad_e, trialdir.EVALS))
               if n]
     row = {
         "trial_id": trial_dir.name,
         **{k: v for k, v in params.items() if k != "trial_id"},
         "has_params": bool(params),
-        "status": record.status,
+        "status": checks.INVALID if problems else record.status,
+        "config_sha256": trialdir.config_sha256(config) if config else None,
         "last_step": record.step,
         "error": record.error,
         "diverged_step": record.diverged_step,
@@ -243,18 +257,18 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
     for key in LIST_PARAMS:
         row.setdefault(key, ())
     evals = _curve(eval_rows, (ACC_KEY, EVAL_N_KEY))
-    row["eval_size"] = _eval_size(evals.pop(EVAL_N_KEY), trial_dir)
+    row["eval_size"] = _eval_size(evals.pop(EVAL_N_KEY), config)
     return (row, _curve(metric_rows, _metric_keys(metric_rows)), evals, prov,
             importance_summary(metric_rows, trial_dir))
 
 
-def _eval_size(logged: np.ndarray, trial_dir: Path) -> float:
+def _eval_size(logged: np.ndarray, config: dict[str, Any] | None) -> float:
     """Problems per evaluation: the last ``eval/n`` the trial logged, else its config.yaml's ``eval.size``
     or ``task.eval_size`` (trials written before ``eval/n`` existed), else NaN (unknown)."""
     logged = logged[np.isfinite(logged)]
     if logged.size:
         return float(logged[-1])
-    config = trialdir.read_config(trial_dir) or {}
+    config = config or {}
     for section, key in (("eval", "size"), ("task", "eval_size")):
         value = (config.get(section) or {}).get(key) if isinstance(config.get(section) or {}, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
@@ -279,12 +293,18 @@ def load_results(results_dir: Path) -> SuiteResults:
         eval_parts.append((d.name, eval_curve))
         provenance[d.name] = prov
         importance[d.name] = imp
+    for tid, original in checks.duplicates({r["trial_id"]: r["config_sha256"] for r in trial_rows}).items():
+        row = next(r for r in trial_rows if r["trial_id"] == tid)
+        row["status"] = checks.INVALID
+        row["notes"] = "; ".join(filter(None, [row["notes"], f"a copy of trial {original} (the same resolved "
+                                                             f"config and seed): counted once"]))
     trials = pd.DataFrame(trial_rows)
     for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
         if key not in trials:
             trials[key] = np.nan
     param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in
-                  ("has_params", "status", "last_step", "error", "diverged_step", "notes", "eval_size")]
+                  ("has_params", "status", "last_step", "error", "diverged_step", "notes", "eval_size",
+                   "config_sha256")]
     return SuiteResults(
         path=results_dir,
         name=suite.name,

@@ -11,7 +11,11 @@ same way, beside it (tune.raw.tar.gz), so the choice of its step sizes can be au
 archive is untrusted input: every member must be a regular file named ``suite.yaml`` or
 ``<trial_id>/<record file>`` (no absolute path, no ``..``, no link, device or other special member), at
 most ``MAX_MEMBER_BYTES`` each, ``MAX_TOTAL_BYTES`` and ``MAX_MEMBERS`` in all; anything else is refused
-with a one-line ``ArchiveError`` before a byte is written, and nothing is executed.
+with a one-line ``ArchiveError`` before a byte is written, and nothing is executed. Before ``tarfile`` sees
+the file, ``untrusted_archive.check_tar_gz`` reads the gzip stream to its end (CRC-32 and length of every member)
+and walks the tar headers with bounds of its own (no chain of extension headers, no huge long name, no
+damaged header that tarfile would take for the end of the archive). The temporary directory is removed
+on every way out but success.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from harness.store import trialdir
+from harness.store import trialdir, untrusted
+from harness.store.untrusted_archive import check_tar_gz
 SUITE_FILE = trialdir.SUITE_FILE
 ARCHIVE_NAME = "raw.tar.gz"
 TUNE_ARCHIVE_NAME = "tune.raw.tar.gz"   # the tuning trials of `stalebench tune` (results/<suite>/tune/)
@@ -126,9 +131,13 @@ def open_archive(path: Path) -> Path:
     directory: suite.yaml and one directory per trial). The caller removes it (``shutil.rmtree``).
     Raises ArchiveError (one line) for a missing, damaged or unsafe archive; nothing is left behind then."""
     path = Path(path)
-    where = str(path)[:200]
+    where = untrusted.display(path)
     if not path.is_file():
         raise ArchiveError(f"{where}: no such archive; give the raw.tar.gz a report was packed with (--raw)")
+    try:
+        check_tar_gz(path, MAX_MEMBERS, MAX_TOTAL_BYTES)   # gzip CRC and length, header chains, sizes
+    except untrusted.UntrustedError as exc:
+        raise ArchiveError(str(exc)) from None
     dest = Path(tempfile.mkdtemp(prefix="stalebench-raw-"))
     try:
         with tarfile.open(path, mode="r:gz") as tar:
@@ -152,10 +161,13 @@ def open_archive(path: Path) -> Path:
     except ArchiveError:
         shutil.rmtree(dest, ignore_errors=True)
         raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error, RecursionError, MemoryError) as exc:
         shutil.rmtree(dest, ignore_errors=True)
         raise ArchiveError(f"{where}: not a readable .tar.gz ({type(exc).__name__}); re-download or re-pack "
                            "it") from None
+    except BaseException:              # an interrupt: never leave a half-extracted directory behind
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
     return dest
 
 

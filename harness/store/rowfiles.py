@@ -10,6 +10,10 @@ from typing import Any, Mapping
 import orjson
 
 from harness.errors import TrialDirError
+from harness.store.untrusted import UntrustedError, read_bytes
+from harness.store.untrusted_json import bounded_int, load_json_text
+
+MAX_ROWS_BYTES = 512 * 2**20     # one metrics.jsonl of a long run stays far below this (archive.MAX_MEMBER_BYTES)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -20,36 +24,43 @@ def write_atomic(path: Path, text: str) -> None:
 
 def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines, for readers that
-    report damage rather than stop on it (the report); ([], 0) if absent. Fast for large files."""
+    report damage rather than stop on it (the report); ([], 0) if absent. Fast for large files.
+
+    The file is untrusted (store/untrusted.py): a FIFO, device or file over MAX_ROWS_BYTES counts as one
+    unreadable line; a line nested deeply, with an integer of over MAX_INT_DIGITS digits or a
+    duplicate key is an unreadable line (orjson refuses integers over 64 bits and nesting over 1024
+    levels, so those lines take the checked path)."""
     try:
-        raw = Path(path).read_bytes().strip()
-    except (FileNotFoundError, IsADirectoryError):
-        return [], 0
+        raw = read_bytes(path, Path(path).name, MAX_ROWS_BYTES, missing_ok=True)
+    except UntrustedError:
+        return [], 1
+    raw = (raw or b"").strip()
     if not raw:
         return [], 0
     rows = _json_array(raw)
-    if rows is None:  # a torn or damaged line: parse line by line
+    if rows is None:  # a torn or damaged line, a number orjson refuses: parse line by line, checked
         rows = []
         for line in filter(str.strip, raw.decode("utf-8", errors="replace").splitlines()):
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                rows.append(load_json_text(line, str(path), allow_nonfinite=True))
+            except UntrustedError:
                 rows.append(None)
     good = [r for r in rows if isinstance(r, dict)]
     return good, len(rows) - len(good)
 
 
 def _json_array(raw: bytes) -> list[Any] | None:
-    """The lines of `raw` as one JSON array (None if a line is damaged): by orjson, three times faster
-    than the stdlib, unless a NaN or Infinity (a diverged step), which orjson rejects, needs the stdlib."""
+    """The lines of `raw` as one JSON array (None if a line is damaged or breaks a limit), by orjson,
+    three times faster than the stdlib, unless a NaN or Infinity (a diverged step), which orjson rejects,
+    needs the stdlib."""
     joined = b"[" + raw.replace(b"\n", b",") + b"]"
     try:
         return orjson.loads(joined)
     except orjson.JSONDecodeError:
         pass
-    try:
-        return json.loads(joined.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError:
+    try:        # the stdlib reads NaN; integers stay bounded, and a deep line raises RecursionError
+        return json.loads(joined.decode("utf-8", errors="replace"), parse_int=bounded_int)
+    except (ValueError, RecursionError):
         return None
 
 

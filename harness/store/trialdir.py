@@ -32,6 +32,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -39,6 +40,8 @@ from typing import Any, Mapping
 import yaml
 
 from harness.errors import TrialDirError
+from harness.store.untrusted import UntrustedError, decode, display, load_yaml_text, read_bytes
+from harness.store.untrusted_json import load_json_text
 from harness.store.rowfiles import append_jsonl, read_jsonl, read_rows, truncate_jsonl, write_atomic  # noqa: F401 — trialdir's API
 
 STATUSES = ("completed", "diverged", "failed", "running")   # what a trial records, in the order reports list them
@@ -61,6 +64,7 @@ SUITE_FILE, TUNE_TRIALS = "suite.yaml", "trials.jsonl"
 POLICY_DIR, BENCHMARKS_DIR, BENCHMARK_RESULTS, LOCK = "policy", "benchmarks", "results.json", ".lock"
 NOT_TRIALS = frozenset({LAB_DIR, RAY_DIR, TUNE_DIR})   # directories beside the trials that are not trials
 SUPERSEDED = ".superseded"
+MAX_OBJECT_BYTES = 16 * 2**20              # params, status, provenance, config: a few kB each
 
 
 @dataclass(frozen=True)
@@ -123,12 +127,15 @@ def is_trial_dir(path: Path) -> bool:
 
 
 def read_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """A JSON-object file: (data, None), or (None, "missing" | "unreadable") — never raises."""
+    """A JSON-object file: (data, None), or (None, "missing" | "unreadable") — never raises. Read as
+    untrusted (store/untrusted_json.py: a regular file of at most MAX_OBJECT_BYTES; no duplicate key,
+    NaN, overlong integer or deep nesting): a results directory may have been copied from anywhere."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, "missing"
-    except (OSError, ValueError):
+        raw = read_bytes(path, Path(path).name, MAX_OBJECT_BYTES, missing_ok=True)
+        if raw is None:
+            return None, "missing"
+        data = load_json_text(decode(raw, display(path), Path(path).name), str(path))
+    except UntrustedError:
         return None, "unreadable"
     return (data, None) if isinstance(data, dict) else (None, "unreadable")
 
@@ -149,10 +156,23 @@ def config_sha256(config: Mapping[str, Any]) -> str:
 def read_config(trial_dir: Path) -> dict[str, Any] | None:
     """The trial's resolved config.yaml, or None when it has none (or an unreadable one)."""
     try:
-        data = yaml.safe_load((Path(trial_dir) / CONFIG).read_text())
-    except (OSError, yaml.YAMLError):
+        return checked_config(trial_dir)
+    except UntrustedError:
         return None
-    return data if isinstance(data, dict) else None
+
+
+def checked_config(trial_dir: Path) -> dict[str, Any] | None:
+    """The trial's resolved config.yaml (None: it has none); UntrustedError (one line naming the file and
+    the rule) for one that is not a mapping or breaks the untrusted reader's limits (an alias bomb, deep
+    nesting, a duplicate key)."""
+    path = Path(trial_dir) / CONFIG
+    text = read_bytes(path, CONFIG, MAX_OBJECT_BYTES, missing_ok=True)
+    if text is None:
+        return None
+    data = load_yaml_text(decode(text, display(path), CONFIG), str(path))
+    if not isinstance(data, dict):
+        raise UntrustedError(f"{display(path)}: not a mapping of settings")
+    return data
 
 
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None,
@@ -303,8 +323,11 @@ def modified(trial_dir: Path) -> float | None:
 
 def last_step(trial_dir: Path) -> int:
     """The last step in metrics.jsonl, read from the end of the file (0 if none): cheap for live views."""
-    try:
-        with open(Path(trial_dir) / METRICS, "rb") as f:
+    try:           # non-blocking, regular files only: a FIFO or device in a copied results dir must not hang `status`
+        fd = os.open(Path(trial_dir) / METRICS, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return 0
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 16384))
             lines = f.read().decode(errors="replace").splitlines()
@@ -313,7 +336,7 @@ def last_step(trial_dir: Path) -> int:
     for line in reversed(lines):
         try:
             return int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             continue
     return 0
 
