@@ -433,7 +433,9 @@ def test_no_worker_is_forked_once_ray_is_loaded(monkeypatch):
 
 def test_a_figure_that_fails_is_named_and_the_rest_of_the_report_is_written(tmp_path, monkeypatch, capsys):
     suite = make_results(tmp_path / "results")
-    monkeypatch.setattr(report_html.fig, "learning_curves", lambda *a, **k: _raises())
+    from harness.registry import FIGURES
+    FIGURES.names()                                         # the built-in figures first
+    monkeypatch.setattr(FIGURES, "_entries", {**FIGURES._entries, "learning": lambda *a, **k: _raises()})
     index = build_report(suite, tmp_path / "out")
     page = index.read_text()
     assert "figure &#39;learning&#39; was not drawn: ValueError: bad data" in page
