@@ -170,7 +170,8 @@ def main() -> None:
     for n in names:
         groups.setdefault(tuple(runs[n][0]["rows"][s]["digest"] for s, *_ in SHAPES), []).append(n)
     print("\ncandidates with the same bits on every shape: "
-          + "; ".join(" = ".join(g) for g in groups.values() if len(g) > 1) or "none")
+          + ("; ".join(" = ".join(g) for g in groups.values() if len(g) > 1) or "none"))
+
 
 if __name__ == "__main__":
     main()

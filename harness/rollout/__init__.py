@@ -31,7 +31,10 @@ def response_logits(forward: str) -> ResponseLogits:
     if forward == "lean":
         from harness.rollout.lean import response_logits as lean
         return lean
-    raise ValueError(f"unknown model.forward {forward!r}; valid: hf, lean")
+    if forward == "lean3":
+        from harness.rollout.lean3 import response_logits as lean3
+        return lean3
+    raise ValueError(f"unknown model.forward {forward!r}; valid: hf, lean, lean3")
 
 
 def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path, *, dtype: str = "float32",
@@ -41,6 +44,9 @@ def make_engine(kind: str, model: torch.nn.Module, tokenizer, path: Path, *, dty
         if forward == "lean":
             from harness.rollout.lean import LeanEngine
             return LeanEngine(model, tokenizer)
+        if forward == "lean3":
+            from harness.rollout.lean3 import engine
+            return engine(model, tokenizer)
         return HFEngine(model, tokenizer)
     if kind == "vllm":
         import importlib.util

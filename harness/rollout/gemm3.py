@@ -6,8 +6,8 @@ with `OPENBLAS_CORETYPE=Haswell` (set by harness.trial.numerics.pin() before num
 AVX2+FMA kernels and its compile-time blocking on every x86-64 CPU with AVX2 and FMA, whatever the CPU's
 generation (an AVX-512 part would otherwise get OpenBLAS's SkylakeX kernels); the blocking of the reduction
 (SGEMM_DEFAULT_Q) is a compile-time constant of the core type, not read from the CPU's caches. OpenBLAS runs
-on one thread here: its threaded driver gives other bits, even on a 128×128·128×384 product (measured). Why this library and not MKL's CNR branches or oneDNN: benchmarks/README.md,
-"Float path of engine 3".
+on one thread here: its threaded driver gives other bits, even on a 128×128·128×384 product (measured).
+Why this library and not MKL's CNR branches or oneDNN: benchmarks/README.md, "Float path of engine 3".
 
     mm(a, b)          # a (m, k) · b (k, n), float32; each contiguous or the transpose of a contiguous tensor
     linear(x, w)      # x (…, k) · wᵀ, w (n, k); with autograd, both backward products through mm as well
@@ -70,7 +70,8 @@ def _load() -> tuple[ctypes.CDLL, str, str, str]:
 def path() -> str:
     """What computes engine 3's products, read back from OpenBLAS: "openblas=<core> <version>"."""
     lib, prefix, suffix = _lib()
-    core, config = getattr(lib, f"{prefix}openblas_get_corename{suffix}"), getattr(lib, f"{prefix}openblas_get_config{suffix}")
+    core = getattr(lib, f"{prefix}openblas_get_corename{suffix}")
+    config = getattr(lib, f"{prefix}openblas_get_config{suffix}")
     core.restype = config.restype = ctypes.c_char_p
     version = next((w for w in config().decode().split() if w[:1].isdigit()), "?")
     return f"openblas={core().decode().lower()} {version}"
