@@ -2,6 +2,11 @@
 
     python benchmarks/float_paths_v3.py                        # 3 rounds, every candidate, best of 20 per shape
     python benchmarks/float_paths_v3.py --rounds 1 --repeat 5  # quick look
+    python benchmarks/float_paths_v3.py --paired 200           # OpenBLAS against native MKL, call by call
+
+`--paired N`: in one process on the native path, each shape's product by torch (MKL, native) and by gemm3
+(OpenBLAS, Haswell kernels) in turn, N calls each; per shape the median of the per-call time ratios: the
+figure least disturbed by a shared machine's load, since both libraries see the same moments.
 
 A float path is fixed when the libraries load, so each candidate runs in its own process, the candidates in
 turn (the order rotating each round); the ratio to native is taken within a round (paired) and its median
@@ -120,6 +125,34 @@ def worker(name: str, threads: int, repeat: int) -> None:
     print(json.dumps({"rows": rows, "float_path": path}))
 
 
+def paired(calls: int) -> None:
+    """In this process (native path): OpenBLAS-Haswell's rate over MKL's, shape by shape, call by call."""
+    import torch
+    from harness.rollout import gemm3
+    from harness.trial import numerics
+    torch.set_num_threads(1)
+    print(f"# load average at start: {os.getloadavg()[0]:.2f}; {numerics.record()['float_path']} against "
+          f"{gemm3.path()}; {calls} calls each, alternating")
+    print("\n| shape | MKL native GFLOP/s | OpenBLAS GFLOP/s | OpenBLAS / native, median of per-call ratios |")
+    print("|---|---:|---:|---:|")
+    ratios_all = []
+    for label, m, k, n, layout in SHAPES:
+        a, b = operands(m, k, n, layout)
+        times: dict[str, list[float]] = {"mkl": [], "openblas": []}
+        for i in range(calls + 3):
+            for name, f in (("mkl", torch.mm), ("openblas", gemm3.mm))[::1 if i % 2 else -1]:
+                t0 = time.perf_counter()
+                f(a, b)
+                if i >= 3:
+                    times[name].append(time.perf_counter() - t0)
+        ratio = statistics.median(x / y for x, y in zip(times["mkl"], times["openblas"]))
+        ratios_all.append(ratio)
+        flop = 2 * m * k * n / 1e9
+        print(f"| {label} | {flop / statistics.median(times['mkl']):.0f} | {flop / statistics.median(times['openblas']):.0f} "
+              f"| {ratio:.0%} |")
+    print(f"\nmedian over shapes: {statistics.median(ratios_all):.0%}; load average at end: {os.getloadavg()[0]:.2f}")
+
+
 def run(name: str, threads: int, repeat: int, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     env.update(CANDIDATES[name][1], **(extra or {}), PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(threads))
@@ -133,10 +166,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=20, help="calls per shape; the best is kept")
     ap.add_argument("--only", nargs="*", default=list(CANDIDATES), help="candidates (native is always run)")
+    ap.add_argument("--paired", type=int, metavar="N", help="OpenBLAS against native MKL in one process, N calls each")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--paired-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return worker(args.child[0], int(args.child[1]), int(args.child[2]))
+    if args.paired:
+        env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+        env.update(CANDIDATES["native"][1], OPENBLAS_CORETYPE="Haswell", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+        subprocess.run([sys.executable, __file__, "--paired-child", str(args.paired)], env=env, check=True)
+        return
+    if args.paired_child:
+        return paired(args.paired_child)
     names = ["native"] + [n for n in args.only if n != "native"]
     print(f"# load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     runs: dict[str, list[dict]] = {n: [] for n in names}
