@@ -9,11 +9,17 @@ parameter (the optimizer step).
     python scripts/first_update_digest.py suites/reference.yaml 'algorithm=grpo,delay=0,seed=0'
     diff amd.txt intel.txt
     python scripts/first_update_digest.py | diff scripts/first_update_digest.GenuineIntel.txt -   # on an AMD CPU
+    python scripts/first_update_digest.py suites/reference-v2.yaml 'algorithm=gmc_grpo,delay=32,seed=1' \
+        --set model.forward=lean3 | diff scripts/first_update_digest.v3.AuthenticAMD.txt -       # engine 3
 
 scripts/first_update_digest.GenuineIntel.txt is the default trial's output on an Intel Xeon (family 6 model
 167), 2026-12-02, and scripts/first_update_digest.AuthenticAMD.txt on an AMD EPYC, 2026-12-03: they differ
 first at the updated parameters (gradients and AdamW's moments are equal; docs/reproducibility.md §5). Each
-line: what, the parameter's index and shape, and the first 16 hex digits of the SHA-256 of its bytes. The
+line: what, the parameter's index and shape, and the first 16 hex digits of the SHA-256 of its bytes.
+scripts/first_update_digest.v3.AuthenticAMD.txt is the default trial on engine version 3 (`--set
+model.forward=lean3`: OpenBLAS's matmuls, fused AdamW) on an AMD EPYC, 2026-12-03; its Intel counterpart is
+not made yet (unverified on Intel: docs/reproducibility.md §5). Arguments after the trial go to `stalebench
+train` (e.g. `--set`). The
 trial runs in a temporary results directory, which is removed; the process exits after the first update.
 """
 from __future__ import annotations
@@ -46,7 +52,7 @@ def report_first_update(results: str, step=torch.optim.AdamW.step):
             rows += [f"{key} {i:03d} {tuple(p.shape)} {digest(state[key])}" for key in ("exp_avg", "exp_avg_sq")
                      if key in state]
             rows.append(f"param {i:03d} {tuple(p.shape)} {digest(p)}")
-        n = numerics.record()
+        n = numerics.record("cpu", 3 if "harness.rollout.lean3" in sys.modules else 1)   # engine 3 ran: name its path
         print(f"# {n['float_path']}, {n['cpu_vendor']}, torch {n['torch']}, threads {n['threads']}", *rows, sep="\n",
               flush=True)
         shutil.rmtree(results, ignore_errors=True)
@@ -57,8 +63,9 @@ def report_first_update(results: str, step=torch.optim.AdamW.step):
 if __name__ == "__main__":
     suite, trial = (sys.argv[1:3] if len(sys.argv) >= 3
                     else ("suites/reference-v2.yaml", "algorithm=gmc_grpo,delay=32,seed=1"))
+    extra = sys.argv[3:]                            # passed to `stalebench train`, e.g. --set model.forward=lean3
     results = tempfile.mkdtemp(prefix="first-update-")
     torch.optim.AdamW.step = report_first_update(results)
-    code = main(["train", suite, "--trial", trial, "--results", results])
+    code = main(["train", suite, "--trial", trial, "--results", results, *extra])
     shutil.rmtree(results, ignore_errors=True)
     sys.exit(f"first_update_digest: the trial ended without an optimizer update (exit {code})")

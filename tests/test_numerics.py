@@ -27,7 +27,8 @@ def cpu(tmp_path: Path, text: str) -> Path:
 def test_pin_sets_the_pinned_variables_that_are_unset(tmp_path):
     env: dict[str, str] = {}
     assert numerics.pin(env, cpu(tmp_path, AVX2_CPU), modules={}) is None
-    assert env == numerics.PINNED == {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert env == numerics.PINNED == {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                      "OPENBLAS_CORETYPE": "Haswell"}
     assert numerics.pin(env, cpu(tmp_path, AVX2_CPU), modules={"torch": object()}) is None   # already pinned: fine
 
 

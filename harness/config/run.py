@@ -49,12 +49,21 @@ class ModelConfig:
     device: str = "auto"                   # auto (cuda when available) | cpu
     engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; CPU: docs/vllm.md)
     forward: str = "hf"                    # the model's forward: hf (transformers) | lean (tiny Qwen3 bases only;
-                                           # harness/rollout/lean.py): trainer log-probs and hf-engine rollouts
+                                           # harness/rollout/lean.py): trainer log-probs and hf-engine rollouts |
+                                           # lean3: engine version 3 (rollout/lean3.py: its own float path and
+                                           # fused AdamW; docs/lean.md)
     behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
     backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
     zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
     zero_offload: bool = False             # DeepSpeed: keep optimizer states on the CPU
     gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm on a GPU; unused on CPU)
+
+    @property
+    def engine_version(self) -> int:
+        """The engine version the forward names: 1 transformers (hf), 2 the lean forward, 3 lean3, whose matmuls
+        run on their own float path (harness/rollout/gemm3.py) and whose optimizer is torch's fused AdamW. Not a
+        field: a config that does not ask for lean3 resolves, and hashes, as before engine 3 existed."""
+        return {"hf": 1, "lean": 2, "lean3": 3}[self.forward]
 
     def validate(self, key: str) -> None:
         _choice(f"{key}.kind", self.kind, ("tiny", "path"))
@@ -64,9 +73,9 @@ class ModelConfig:
         ENGINES.check(f"{key}.engine", self.engine)
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
         FORWARDS.check(f"{key}.forward", self.forward)
-        if self.forward == "lean" and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"
+        if self.forward in ("lean", "lean3") and (self.kind != "tiny" or self.engine != "hf" or self.backend != "torch"
                                        or self.dtype != "float32"):
-            raise ConfigError(f"{key}.forward: 'lean' is written for the tiny Qwen3 bases (kind: tiny) in float32 "
+            raise ConfigError(f"{key}.forward: {self.forward!r} is written for the tiny Qwen3 bases (kind: tiny) in float32 "
                               f"with engine hf and backend torch; set {key}.forward: hf for kind {self.kind!r}, "
                               f"dtype {self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
         _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from harness.registry import ENGINES, FORWARDS
-from harness.rollout import hf, lean  # noqa: F401  (each registers its forward)
+from harness.rollout import hf, lean, lean3  # noqa: F401  (each registers its forward)
 from harness.rollout.base import EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
 from harness.rollout.hf import HFEngine
 

@@ -77,7 +77,8 @@ class LeanQwen3:
     heads and Hkv kv heads of size D, I the MLP width, V the vocabulary.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear):
+        self.linear = linear                            # x (…, k), w (n, k) -> x·wᵀ: every matmul but attention's
         c = model.config
         rope = getattr(c, "rope_parameters", None) or {"rope_type": "default"}
         problems = [(c.model_type != "qwen3", f"model_type {c.model_type!r} (need qwen3)"),
@@ -117,7 +118,7 @@ class LeanQwen3:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """(…, C) final hidden states → (…, V) logits (tied or untied head)."""
-        return F.linear(F.rms_norm(h, h.shape[-1:], self.w_norm, self.eps), self.lm_head)
+        return self.linear(F.rms_norm(h, h.shape[-1:], self.w_norm, self.eps), self.lm_head)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """q (b, t, H, D); k, v (b, Hkv, s, D) (views of a cache welcome); bias additive, broadcast to
@@ -134,13 +135,13 @@ class LeanQwen3:
         to the attention output (…, H·D) (against a cache, the prompt's keys, …); the rest is row-wise."""
         L, C = self.layers[i], x.shape[-1]
         H, Hkv, D = self.H, self.Hkv, self.D
-        qkv = F.linear(F.rms_norm(x, (C,), L.w_in, self.eps), L.w_qkv)             # (…, (H + 2Hkv) D)
+        qkv = self.linear(F.rms_norm(x, (C,), L.w_in, self.eps), L.w_qkv)             # (…, (H + 2Hkv) D)
         qk = F.rms_norm(qkv[..., :(H + Hkv) * D].unflatten(-1, (H + Hkv, D)), (D,), None, self.eps) * L.w_qk_norm
         qk = qk * cos + qk.roll(D // 2, -1) * sin                                 # RoPE on q and k at once
         v = qkv[..., (H + Hkv) * D:].unflatten(-1, (Hkv, D))
-        x = x + F.linear(attend(i, qk[..., :H, :], qk[..., H:, :], v), L.w_o)
-        gate, up = F.linear(F.rms_norm(x, (C,), L.w_post, self.eps), L.w_gate_up).chunk(2, -1)
-        return x + F.linear(F.silu(gate) * up, L.w_down)
+        x = x + self.linear(attend(i, qk[..., :H, :], qk[..., H:, :], v), L.w_o)
+        gate, up = self.linear(F.rms_norm(x, (C,), L.w_post, self.eps), L.w_gate_up).chunk(2, -1)
+        return x + self.linear(F.silu(gate) * up, L.w_down)
 
     def run(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """ids, positions (…) → last hidden states (…, C)."""
@@ -243,15 +244,20 @@ class LeanEngine:
     suites (128 rows) is one chunk."""
     shares_weights = True
 
-    def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0):
+    def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0, *,
+                 forward: Callable[[torch.nn.Module], LeanQwen3] = LeanQwen3, compact_at: float = 1.0):
+        """`forward` builds the forward from the module (engine 3 passes its own); ended rows leave the cache
+        once the live rows are at most `compact_at` of the rows it holds (1.0: as soon as one has ended)."""
         self.model, self.tokenizer, self.version = model, tokenizer, version
-        LeanQwen3(model)                                   # refuse an unsupported model now, not mid-run
+        self.forward, self.compact_at = forward, compact_at
+        forward(model)                                     # refuse an unsupported model now, not mid-run
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         self.model, self.version = model, version
 
     def pinned(self, model: torch.nn.Module, version: int) -> contextlib.AbstractContextManager["LeanEngine"]:
-        return contextlib.nullcontext(type(self)(model, self.tokenizer, version))
+        return contextlib.nullcontext(type(self)(model, self.tokenizer, version, forward=self.forward,
+                                                 compact_at=self.compact_at))
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
@@ -271,7 +277,7 @@ class LeanEngine:
         enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
         ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)          # (u, P)
         (u, P), B = ids.shape, len(prompts) * n
-        lean = LeanQwen3(self.model)
+        lean = self.forward(self.model)
         h_last, past, key_bias = lean.prefix(ids, mask)
         S = P + max_new_tokens                                                     # cache slots
         cache = []
@@ -297,7 +303,8 @@ class LeanEngine:
             if bool(done.all()) or t == max_new_tokens - 1:
                 break
             live = ~done[rows]                                  # of the rows still in the cache
-            if not bool(live.all()):                           # drop finished rows: they are never read again
+            n_live = int(live.sum())
+            if n_live < len(rows) and n_live <= self.compact_at * len(rows):   # drop finished rows: never read again
                 keep = live.nonzero().squeeze(1)                # (index_select: 2x faster than a boolean index)
                 rows, position, bias = rows[keep], position[keep], bias.index_select(0, keep)
                 cache = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in cache]

@@ -28,8 +28,11 @@ from harness.trial.world import Group, Solo
 
 
 def _adamw(params, cfg: RunConfig) -> torch.optim.Optimizer:
+    """torch's AdamW; on engine version 3 its fused CPU kernel, whose square root is ATen's correctly rounded one
+    (MKL's, in the per-tensor loop, is not, and differs between CPU vendors: docs/reproducibility.md §5)."""
     tc = cfg.train
-    return torch.optim.AdamW(params, lr=tc.lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
+    fused = {"fused": True} if cfg.model.engine_version >= 3 else {}      # v1 and v2 keep the call they were made with
+    return torch.optim.AdamW(params, lr=tc.lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay, **fused)
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -72,11 +72,12 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
         import torch
         from algorithms import describe
         on_gpu = torch.cuda.is_available() and trial.config.model.device != "cpu"     # as the trainer decides
+        now = numerics.record("cuda" if on_gpu else "cpu", trial.config.model.engine_version)
         record = provenance.collect(config_sha256=trialdir.config_sha256(config), base=base,
                                     eval_set_sha256=eval_set_sha256, torch_threads=torch.get_num_threads(),
                                     gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                                    numerics=numerics.resumed(trialdir.read_provenance(log.dir).get("numerics"),
-                                                              numerics.record("cuda" if on_gpu else "cpu"), resume_step))
+                                    numerics=numerics.resumed(trialdir.read_provenance(log.dir).get("numerics"), now,
+                                                              resume_step))
         est = describe(trial.config.algorithm)          # the estimator's family, recorded for the report
         record["estimator"] = {k: est[k] for k in ("name", "trust_region", "correction", "reads", "source")}
         log.start(config, trial.params, record, resume_step=resume_step)

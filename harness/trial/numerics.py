@@ -12,6 +12,11 @@ by the processor they find, and the choice differs between vendors and generatio
   AVX-512 on an AVX-512 Xeon, AVX2 on an AVX2 EPYC; `avx2` forces the same kernels on both.
 - oneDNN (`ONEDNN_MAX_CPU_ISA`) runs no primitive in a trial today (`ONEDNN_VERBOSE=1` prints none); it is
   capped at AVX2 too, at no cost, so that a torch that routes a matmul to it keeps the path.
+- Engine version 3 (`model.forward: lean3`) computes its matmuls in numpy's bundled OpenBLAS instead of MKL
+  (harness/rollout/gemm3.py: about twice the rate of MKL's COMPATIBLE SGEMM, benchmarks/README.md);
+  `OPENBLAS_CORETYPE=Haswell` fixes its kernels and blocking on every CPU with AVX2 and FMA. No v1/v2 trial
+  calls OpenBLAS, so their path is unchanged; a v3 trial's float path names OpenBLAS's kernels and version
+  besides ATen's and MKL's (attention and the rest still run on them).
 
 Pinned, AMD EPYCs of different generations agree bit for bit; an Intel Xeon still parts from them at a
 trial's first update (in AdamW's parameter update, whose float32 square root is MKL's vendor-dependent
@@ -42,8 +47,10 @@ from harness.errors import ConfigError
 
 RULE_ENV = "STALEBENCH_FLOAT_PATH"
 RULES = ("pinned", "native")
-PINNED = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINNED = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+          "OPENBLAS_CORETYPE": "Haswell"}          # engine 3's matmuls (harness/rollout/gemm3.py); v1/v2 never call OpenBLAS
 PINNED_PATH = "aten=avx2 mkl=compatible"          # what record() reads back under PINNED
+PINNED_GEMM3 = "openblas=haswell"                 # and, on engine version 3, what its matmuls read back (+ version)
 # The record's fields that must agree for two runs of a trial to agree bit for bit (with its config). The
 # CPU vendor is one: an Intel Xeon and AMD EPYCs on PINNED_PATH part at the first update
 # (docs/reproducibility.md).
@@ -141,9 +148,9 @@ def _mkl(torch) -> tuple[str | None, str | None, str | None]:
     return version, name, _CBWR_BRANCHES.get(auto, f"code {auto}")
 
 
-def record(device: str = "cpu") -> dict[str, Any]:
+def record(device: str = "cpu", engine_version: int = 1) -> dict[str, Any]:
     """The float path this process computes a trial on (`device`: "cpu" or "cuda"), read back from torch and
-    MKL, for the trial's provenance.
+    MKL (and on engine version 3, from OpenBLAS, which computes its matmuls), for the trial's provenance.
 
     `float_path` and `cpu_vendor` must agree between two runs for their numbers to agree bit for bit (with
     the same packages, config and threads: IDENTITY); `pinned` says whether it is the path the rule asks for.
@@ -155,16 +162,24 @@ def record(device: str = "cpu") -> dict[str, Any]:
     mkl_version, cbwr, auto = _mkl(torch) if torch.backends.mkl.is_available() else (None, None, None)
     capability = torch.backends.cpu.get_cpu_capability().lower()
     path = f"aten={capability} mkl={cbwr or 'none'}"
+    gemm = None
     if device == "cuda":                   # the GPU computes the numbers: its model and CUDA decide them
         path = f"cuda={torch.cuda.get_device_name()} cuda_version={torch.version.cuda} " + path
-    wanted, pinned = rule(), path == PINNED_PATH
+    elif engine_version >= 3:
+        from harness.rollout import gemm3
+        gemm = gemm3.path()
+        path = f"{path} {gemm}"
+    wanted = rule()
+    pinned = path == PINNED_PATH if gemm is None else path.startswith(f"{PINNED_PATH} {PINNED_GEMM3} ")
     if wanted == "pinned" and not pinned and device == "cpu":
-        warn_once(f"this process computes on float path '{path}', not the pinned '{PINNED_PATH}' (set by "
+        warn_once(f"this process computes on float path '{path}', not the pinned '{PINNED_PATH}"
+                  f"{'' if gemm is None else ' ' + PINNED_GEMM3}' (set by "
                   f"harness.trial.numerics.pin() before torch is imported): its trials may not reproduce bit for bit")
     return {"float_path": path, "rule": wanted, "pinned": pinned, "device": device,
             "aten_cpu_capability": capability, "mkl_cbwr": cbwr, "mkl_cbwr_auto_branch": auto,
             "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "mkl": mkl_version, "onednn": _onednn_version(torch), "cpu_vendor": vendor,
+            "torch": torch.__version__, "mkl": mkl_version, "onednn": _onednn_version(torch), "gemm": gemm,
+            "cpu_vendor": vendor,
             "cpu_isa": sorted(f for f in flags if f in ISA_FLAGS)}
 
 
