@@ -243,3 +243,90 @@ def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypa
     assert {p: p.stat().st_mtime_ns for p in statuses} == statuses               # no trial ran again
     assert main(["run", str(path), "--results", str(results)]) == 0
     assert "lab: fixed-policy sweeps up to date in " in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# Claims are about kinds of trajectory weights, not names
+# ----------------------------------------------------------------------------------------------
+
+def test_kind_comes_from_the_registry_family():
+    from harness.lab.weight_kinds import CLIPPING, RESCALING, kind_of, members
+    from harness.lab.sweeps import families_of
+
+    fams = families_of(["gmc_grpo", "tic_is", "tis_seq", "grpo", "is_none"])
+    assert kind_of(fams["gmc_grpo"]) == RESCALING and kind_of(fams["grpo"]) is None
+    assert members(fams, CLIPPING) == ["tic_is", "tis_seq"] and members(fams, RESCALING) == ["gmc_grpo"]
+    assert kind_of({"correction": "unspecified"}) is None and kind_of(None) is None
+
+
+def _fit(lo: float, hi: float) -> dict:
+    return {"slope": (lo + hi) / 2, "lo": lo, "hi": hi}
+
+
+@pytest.mark.parametrize("kind, cis, reading", [
+    ("group rescaling", [(-1.2, -0.8), (-0.6, -0.1)], "vanishes"),      # every CI below 0
+    ("group rescaling", [(-1.2, -0.8), (-0.3, 0.2)], "unresolved"),     # one CI straddles 0
+    ("group rescaling", [(-1.2, -0.8), (0.05, 0.4)], "contradicts"),    # one CI above 0
+    ("trajectory clipping", [(-0.1, 0.1), (-0.2, 0.0)], "persists"),    # every CI above −0.25
+    ("trajectory clipping", [(-0.1, 0.1), (-0.4, 0.0)], "unresolved"),  # −0.4 < −0.25, but not all below −0.5
+    ("trajectory clipping", [(-0.1, 0.1), (-0.9, -0.6)], "decays"),     # one CI below −0.5
+    ("trajectory clipping", [], "unresolved"),                          # nothing fitted
+])
+def test_one_rule_per_kind(kind, cis, reading):
+    from harness.lab.weight_kinds import g_reading
+    assert g_reading(kind, [_fit(lo, hi) for lo, hi in cis]) == reading
+
+
+def test_the_lab_report_and_sweeps_name_no_estimator():
+    """No registered estimator's name appears as a string constant in the lab's sweep, report or plot code:
+    estimators are chosen and judged by their registry family (a plugin of a family gets the same rules)."""
+    import ast
+
+    from algorithms import loss_names
+
+    names = set(loss_names())
+    root = Path(__file__).resolve().parents[1] / "harness" / "lab"
+    for file in ("report.py", "sweeps.py", "plots.py", "weight_kinds.py"):
+        tree = ast.parse((root / file).read_text(encoding="utf-8"))
+        hits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
+        assert not hits, f"harness/lab/{file} names {sorted(hits)}"
+
+
+@pytest.fixture
+def group_cap_plugin():
+    """A plugin estimator of the group-rescaling family under another name: GMC's cap at C = 2·G(1+ε)."""
+    from algorithms import registry
+    from algorithms.gmc_grpo import gmc_grpo, prepare
+
+    def plugin_prepare(inp, *, eps):
+        return prepare(inp, eps=2 * eps + 1)                         # C = G(2 + 2ε): a looser cap
+
+    registry.register("lab_test_cap", prepare=plugin_prepare, trust_region="none", correction="group-cap",
+                      reads=("theta", "behavior"))(gmc_grpo)
+    yield "lab_test_cap"
+    registry._REGISTRY.pop("lab_test_cap", None)
+
+
+def test_a_plugin_of_a_family_is_swept_and_judged_by_its_family_rule(group_cap_plugin):
+    from harness.lab.weight_kinds import kinds
+    from harness.lab.report import slope_rows, verdicts
+    from harness.lab.sweeps import run_sweeps
+    from harness.config.run import from_dict
+    from harness.config.lab import LabConfig
+
+    lab = from_dict(LabConfig, {**TINY_LAB, "sweep_group_sizes": [2, 4, 8], "sweep_groups": 60,
+                                "sweep_max_groups": 60}, "lab")
+    data = run_sweeps(lab, eps=0.2, algorithms=[group_cap_plugin, "tic_is", "grpo"], adv_mode="mean",
+                      aggregation="token-mean", batch_groups=2)
+    assert data["families"][group_cap_plugin]["correction"] == "group-cap"
+    assert kinds(data) == {"group rescaling": [group_cap_plugin], "trajectory clipping": ["tic_is"]}
+    assert {r["estimator"] for r in data["by_g"]} == {group_cap_plugin, "tic_is"}      # grpo: neither kind
+    assert {(r["rescaler"], r["clipper"]) for r in data["delta"]} == {(group_cap_plugin, "tic_is")}
+    # a looser cap is still a uniform rescaling: δ = (1 − Σw/S)_+ exactly
+    assert max(r["formula_err_max"] for r in data["delta"]) < 1e-9
+    claim4 = next(r for r in verdicts(data, []) if r["claim"].startswith("4."))
+    assert f"group rescaling: {group_cap_plugin} " in claim4["numbers"] and "trajectory clipping: tic_is " in claim4["numbers"]
+    rows = slope_rows(data)
+    assert {(r["kind"], r["estimator"], r["against"]) for r in rows} >= {
+        ("group rescaling", group_cap_plugin, "G"), ("group rescaling", group_cap_plugin, "ε"),
+        ("trajectory clipping", "tic_is", "G")}

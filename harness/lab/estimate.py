@@ -65,6 +65,7 @@ from harness.lab import policy
 from harness.lab.policy import DTYPE, Problem
 
 TRAJ_IS = ("tic_is", 1e12)      # plain trajectory IS through the registry: w_i = min(r_i, 1 + 1e12) = r_i
+REF_TRAJ_IS = "tis"             # the reference label of plain trajectory IS (rows' `bias_tis`), not the estimator `tis`
 TOKEN_IS = "is_none"              # the registered unclipped token-level estimator
 
 

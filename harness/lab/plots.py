@@ -98,11 +98,18 @@ def bias_vs_eps(by_eps: list[dict[str, Any]], delta: list[dict[str, Any]], out_d
     _log_x(ax, [r["eps"] for r in by_eps])
     ax.legend(fontsize=7)
     ax = fig.add_subplot(1, 2, 2)
-    eps = [r["eps"] for r in delta]
-    ax.plot(eps, [r["delta_gmc_mean"] for r in delta], "o-", color=_color(styles, "gmc_grpo"), label="δ_GMC (mean)")
-    ax.plot(eps, [r["delta_clip_mean"] for r in delta], "o-", color=_color(styles, "tic_is"), label="δ_clip (mean)")
+    shown: set[str] = set()
+    for cap, clip in sorted({(r["rescaler"], r["clipper"]) for r in delta}):
+        rows = sorted((r for r in delta if (r["rescaler"], r["clipper"]) == (cap, clip)), key=lambda r: r["eps"])
+        eps = [r["eps"] for r in rows]
+        if cap not in shown:                                     # a rescaler's δ is the same against every clipper
+            ax.plot(eps, [r["delta_rescale_mean"] for r in rows], "o-", color=_color(styles, cap), label=f"δ {cap} (mean)")
+            shown.add(cap)
+        if clip not in shown:
+            ax.plot(eps, [r["delta_clip_mean"] for r in rows], "s--", color=_color(styles, clip), label=f"δ {clip} (mean)")
+            shown.add(clip)
     ax.set(xlabel="ε", ylabel="max_i |1 − w_i/r_i|", title="weight distortion per group")
-    _log_x(ax, eps)
+    _log_x(ax, [r["eps"] for r in delta] or [r["eps"] for r in by_eps])
     ax.legend(fontsize=7)
     return _save(fig, out_dir, "lab_bias_vs_eps.png")
 

@@ -14,7 +14,9 @@ a suite whose base config has no `lab:` section. Two data sources, both read, ne
    says so in one line with the command that computes them. No torch: rendering reads JSON.
 
 Claims are the five of docs/estimators.md ("Claims the estimator lab checks"); the rules that turn numbers into verdicts are
-in `verdicts` and printed next to each verdict.
+in `verdicts` and printed next to each verdict. The claims compare kinds of trajectory weights (group rescaling,
+trajectory clipping: harness/lab/weight_kinds.py, from the registry family stored with the sweeps), so every estimator
+of a kind, a plugin's included, is judged by its kind's rule; no estimator is named here.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any
 from harness.store import trialdir
 from harness.config.suite import read_suite_yaml
 from harness.lab import plots as figures
+from harness.lab.weight_kinds import CLIPPING, RESCALING, g_reading, kind_label, kinds
 from harness.lab.results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
 from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
 from harness.report.load import SuiteResults
@@ -57,6 +60,17 @@ def eps_fits(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for name in sorted({r["estimator"] for r in data["by_eps"]})}
 
 
+def moment_fits(rows: list[dict[str, Any]], key: str, x_min: float = 0.0) -> dict[tuple[float, str], dict[str, Any]]:
+    """(kl, estimator) -> fit_power of the root second moment √E‖ĝ‖² = c·x^p against `key` ("G" or "eps"),
+    from the second-moment estimates and their SEs (E‖ĝ‖² is the fitted square, as the bias² is for bias)."""
+    out = {}
+    for kl, name in sorted({(r["kl"], r["estimator"]) for r in rows}):
+        sel = [r for r in rows if r["kl"] == kl and r["estimator"] == name]
+        out[(kl, name)] = fit_power([r[key] for r in sel], [r["second_moment"] for r in sel],
+                                    [r["second_moment_se"] for r in sel], x_min=x_min)
+    return out
+
+
 def _reading(fit: dict[str, Any]) -> str:
     """How a slope may be read: an exponent, a direction only, or nothing (results.fit_power's `kind`)."""
     if fit["kind"] == "exponent":
@@ -85,34 +99,44 @@ def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[s
     # Claim 1 --------------------------------------------------------------------------------------
     rows.append(_claim1(stale))
     if data is None:
-        claims = ("2. ε-dependence O(ε⁻⁴) → O(ε⁻²)", "4. GMC bias vanishes in G, clipping's persists")
+        claims = ("2. ε-dependence O(ε⁻⁴) → O(ε⁻²)", "4. group rescaling's bias vanishes in G, clipping's persists")
         rows += [{"claim": c, "verdict": "not testable here", "numbers": "no fixed-policy sweeps stored for this suite's config",
                   "rule": ""} for c in claims]
         return rows
     cfg = data["config"]
     # Claim 2 --------------------------------------------------------------------------------------
     ef = eps_fits(data)
-    below = all(g["bias_tis"] < t["bias_tis"] for g, t in _pairs(data["by_eps"], "eps"))
-    gmc_e, tic_e = ef.get("gmc_grpo"), ef.get("tic_is")
-    rows.append({"claim": "2. GMC improves the ε-dependence of the fourth-order delay term from O(ε⁻⁴) to O(ε⁻²)",
+    kind = kinds(data)
+    below = [all(lo["bias_tis"] < hi["bias_tis"] for lo, hi in _pairs(data["by_eps"], "eps", cap, clip))
+             for cap in kind[RESCALING] for clip in kind[CLIPPING]]
+    per_est = "; ".join(f"{n} ({k}) {_sl(ef.get(n))}" for k in (RESCALING, CLIPPING) for n in kind[k])
+    rows.append({"claim": "2. Group rescaling improves the ε-dependence of trajectory clipping's fourth-order delay "
+                          "term from O(ε⁻⁴) to O(ε⁻²)",
                  "verdict": "not testable here",
                  "numbers": f"proxy at G = {cfg['sweep_group_size']}, KL = {cfg['kl']:g}: fitted exponent p of "
-                            f"bias = c·ε^p (Monte Carlo biases, weighted fit) over ε ∈ [0.05, 0.8]: GMC "
-                            f"{_sl(gmc_e)}, TIC {_sl(tic_e)}; GMC's bias estimate below TIC's at every ε: "
-                            f"{'yes' if below else 'no'}",
+                            f"bias = c·ε^p (Monte Carlo biases, weighted fit) over ε ∈ [0.05, 0.8]: "
+                            f"{per_est or 'no estimator of either kind swept'}; every rescaler's bias estimate "
+                            f"below every clipper's at every ε: "
+                            f"{('yes' if all(below) else 'no') if below else 'no pair to compare'}",
                  "rule": "the claim is about exponents of terms in an upper bound, which a measurement of the bias "
                          "cannot pin down; the measured biases stay finite as ε → 0."})
     delta = data["delta"]
-    holds = min(r["holds_frac"] for r in delta)
-    err = max(r["formula_err_max"] for r in delta)
-    rows.append({"claim": "Proposition [ours, algorithms/gmc_grpo.py]: δ_GMC = (1 − C/S)_+ ≤ δ_clip on every group",
-                 "verdict": "consistent" if holds == 1.0 and err < 1e-9 else "inconsistent",
-                 "numbers": f"{int(sum(r['n_groups'] for r in delta))} groups over "
-                            f"ε ∈ {_span([r['eps'] for r in delta])}: "
-                            f"holds on {holds:.1%} (worst ε); max |δ_GMC − (1 − C/S)_+| = {err:.1e}; mean δ_GMC "
-                            + ", ".join(f"{r['delta_gmc_mean']:.3f}" for r in delta) + " vs δ_clip "
-                            + ", ".join(f"{r['delta_clip_mean']:.3f}" for r in delta),
-                 "rule": "consistent if it holds on every sampled group and the closed form matches to 1e-9"})
+    if delta:
+        holds = min(r["holds_frac"] for r in delta)
+        err = max(r["formula_err_max"] for r in delta)
+        pairs = sorted({(r["rescaler"], r["clipper"]) for r in delta})
+        per_pair = "; ".join(
+            f"{cap} vs {clip}: mean δ_rescale " + ", ".join(f"{r['delta_rescale_mean']:.3f}" for r in sel)
+            + " vs δ_clip " + ", ".join(f"{r['delta_clip_mean']:.3f}" for r in sel)
+            for cap, clip in pairs for sel in [[r for r in delta if (r["rescaler"], r["clipper"]) == (cap, clip)]])
+        rows.append({"claim": "Proposition [ours, algorithms/gmc_grpo.py]: a group rescaler's δ = (1 − Σw/S)_+ ≤ a "
+                              "trajectory clipper's δ on every group",
+                     "verdict": "consistent" if holds == 1.0 and err < 1e-9 else "inconsistent",
+                     "numbers": f"{int(sum(r['n_groups'] for r in delta))} groups over "
+                                f"ε ∈ {_span(sorted({r['eps'] for r in delta}))}: holds on {holds:.1%} (worst ε "
+                                f"and pair); max |δ_rescale − (1 − Σw/S)_+| = {err:.1e}; {per_pair}",
+                     "rule": "consistent if it holds on every sampled group of every (rescaler, clipper) pair that "
+                             "exposes its trajectory weight and reads ε, and the closed form matches to 1e-9"})
     # Claim 3 --------------------------------------------------------------------------------------
     rows.append({"claim": "3. Under local overlap the delay term decreases as G^(−2/5) after tuning the step size",
                  "verdict": "not testable here",
@@ -122,28 +146,33 @@ def verdicts(data: dict[str, Any] | None, trials: list[LabTrial]) -> list[dict[s
     # Claim 4 --------------------------------------------------------------------------------------
     fits = g_fits(data)
     kls = sorted({k for k, _ in fits})
-    gmc = [fits[(kl, "gmc_grpo")] for kl in kls if (kl, "gmc_grpo") in fits]
-    tic = [fits[(kl, "tic_is")] for kl in kls if (kl, "tic_is") in fits]
-    gmc_ok = [f for f in gmc if math.isfinite(f["slope"])]
-    tic_ok = [f for f in tic if math.isfinite(f["slope"])]
-    if any(f["lo"] > 0 for f in gmc_ok) or any(f["hi"] < -0.5 for f in tic_ok):
+    readings = {k: {n: g_reading(k, [fits[(kl, n)] for kl in kls if (kl, n) in fits]) for n in kind[k]}
+                for k in (RESCALING, CLIPPING)}
+    resc, clip = readings[RESCALING], readings[CLIPPING]
+    if "contradicts" in resc.values() or (clip and all(v == "decays" for v in clip.values())):
         v4 = "inconsistent"
-    elif gmc_ok and tic_ok and all(f["hi"] < 0 for f in gmc_ok) and all(f["lo"] > -0.25 for f in tic_ok):
+    elif resc and clip and all(v == "vanishes" for v in resc.values()) and "persists" in clip.values():
         v4 = "consistent"
     else:
-        v4 = "inconclusive"
-    per_kl = "; ".join(f"KL {kl:g} (χ² = {_chi2(data, kl):.3g}): GMC {_s(fits[(kl, 'gmc_grpo')])}, TIC "
-                       f"{_s(fits[(kl, 'tic_is')])}" for kl in kls
-                       if (kl, "gmc_grpo") in fits and (kl, "tic_is") in fits)
-    rows.append({"claim": "4. For fixed policies, group rescaling's bias vanishes as G → ∞; clipping's persists",
+        v4 = "inconclusive" if resc and clip else "not testable here"
+    per_kl = "; ".join(f"KL {kl:g} (χ² = {_chi2(data, kl):.3g}): "
+                       + ", ".join(f"{n} {_s(fits[(kl, n)])}" for k in (RESCALING, CLIPPING) for n in kind[k]
+                                   if (kl, n) in fits) for kl in kls)
+    read = "; ".join(f"{k}: " + (", ".join(f"{n} {v}" for n, v in readings[k].items()) or "none swept")
+                     for k in (RESCALING, CLIPPING))
+    rows.append({"claim": "4. For fixed policies, group rescaling's bias vanishes as G → ∞; trajectory clipping's "
+                          "can persist",
                  "verdict": v4,
                  "numbers": f"ε = {cfg['eps']:g}, exponent p of bias = c·G^p (weighted fit over every G ≥ "
-                            f"{cfg['fit_min_g']}, Monte Carlo biases): {per_kl}",
-                 "rule": "bias = ‖E[ĝ − ĝ_trajIS]‖ (paired with plain trajectory IS, Monte Carlo with SEs); "
-                         "consistent if at every divergence "
-                         "where it is fitted GMC's slope CI is below 0 and TIC's lies above −0.25; inconsistent if "
-                         "any GMC CI is above 0 or any TIC CI below −0.5. O(1/G) is an upper bound: with bounded "
-                         "ratios the decay steepens with G (concentration of S/G), so slopes depend on the range."})
+                            f"{cfg['fit_min_g']}, Monte Carlo biases): {per_kl}. Readings: {read}",
+                 "rule": "bias = ‖E[ĝ − ĝ_trajIS]‖ (paired with plain trajectory IS, Monte Carlo with SEs). Each "
+                         "estimator is judged by its kind (registry family: group-cap = rescaling, sequence-is = "
+                         "clipping) over every divergence where it is fitted: a rescaler 'vanishes' if every slope "
+                         "CI is below 0 and 'contradicts' if one lies above 0; a clipper 'persists' if every CI lies "
+                         "above −0.25 and 'decays' if one lies below −0.5. Consistent if every rescaler vanishes and "
+                         "some clipper persists; inconsistent if a rescaler contradicts or every clipper decays. "
+                         "O(1/G) is an upper bound: with bounded ratios the decay steepens with G (concentration "
+                         "of S/G), so slopes depend on the range."})
     # Claim 5 --------------------------------------------------------------------------------------
     rows.append({"claim": "5. GMC-GRPO is the best stable baseline under large delays (Qwen3, reasoning benchmarks)",
                  "verdict": "not testable here",
@@ -218,10 +247,12 @@ def _per_g_rows(by_g: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[
     return rows, ["KL", "estimator"] + [f"G={g}" for g in sizes]
 
 
-def _pairs(rows: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _pairs(rows: list[dict[str, Any]], key: str, first: str, second: str
+           ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(row of `first`, row of `second`) at each value of `key` where both were measured."""
     by = {(r[key], r["estimator"]): r for r in rows}
-    return [(by[(k, "gmc_grpo")], by[(k, "tic_is")]) for k in sorted({r[key] for r in rows})
-            if (k, "gmc_grpo") in by and (k, "tic_is") in by]
+    return [(by[(k, first)], by[(k, second)]) for k in sorted({r[key] for r in rows})
+            if (k, first) in by and (k, second) in by]
 
 
 def _chi2(data: dict[str, Any], kl: float) -> float:
@@ -295,6 +326,24 @@ def lab_sections(results_dir: Path, out_dir: Path) -> list[tuple[str, list[Block
     return sections
 
 
+SLOPE_COLUMNS = ["kind", "estimator", "against", "KL", "bias: p [95% CI] (reading)", "√second moment: p [95% CI] (reading)",
+                 "points"]
+
+
+def slope_rows(data: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per (estimator, sweep, divergence): the bias and root-second-moment slopes, kind first."""
+    cfg = data["config"]
+    rows = []
+    for against, key, sweep, bias in (("G", "G", data["by_g"], g_fits(data)),
+                                      ("ε", "eps", data["by_eps"], {(cfg["kl"], n): f for n, f in eps_fits(data).items()})):
+        m2 = moment_fits(sweep, key, cfg["fit_min_g"] if key == "G" else 0.0)
+        for (kl, name), f in sorted(bias.items(), key=lambda kv: (kind_label(data, kv[0][1]), kv[0][1], kv[0][0])):
+            rows.append({"kind": kind_label(data, name), "estimator": name, "against": against, "KL": f"{kl:g}",
+                         "bias: p [95% CI] (reading)": _sl(f),
+                         "√second moment: p [95% CI] (reading)": _sl(m2.get((kl, name))), "points": _span(f["x_used"])})
+    return rows
+
+
 def _sweep_sections(data: dict[str, Any], out_dir: Path, styles: figures.Styles) -> list[tuple[str, list[Block]]]:
     cfg = data["config"]
     setup = (f"Fixed pair: the suite's problem (V = {cfg['vocab']}, L = {cfg['length']}, {cfg['reward']} rewards, "
@@ -309,20 +358,22 @@ def _sweep_sections(data: dict[str, Any], out_dir: Path, styles: figures.Styles)
              f"least squares to the squared estimates of every point with G ≥ {cfg['fit_min_g']} (none is "
              f"dropped for being small); a slope is read as an exponent only when its 95% CI is at most "
              f"0.5 wide, otherwise as a direction or not at all.")
-    fits = g_fits(data)
-    fit_rows = [{"KL": f"{kl:g}", "estimator": name, "p [95% CI] (reading)": _sl(f), "points": _span(f["x_used"])}
-                for (kl, name), f in sorted(fits.items())]
+    fit_rows = slope_rows(data)
     per_g, per_g_cols = _per_g_rows(data["by_g"])
     return [
         ("Estimator lab: bias vs group size", [
             _text(setup),
-            _figure(figures.bias_vs_g(data["by_g"], fits, out_dir, styles),
+            _figure(figures.bias_vs_g(data["by_g"], g_fits(data), out_dir, styles),
                     "Monte Carlo bias against plain trajectory IS vs G (95% CIs), log-log, per divergence, with "
                     "the weighted power-law fit"),
-            _table(fit_rows, ["KL", "estimator", "p [95% CI] (reading)", "points"]),
+            _text("Log-log slopes per estimator, grouped by kind (registry family: group-cap = group rescaling, "
+                  "sequence-is = trajectory clipping): p of bias = c·x^p and of the root second moment "
+                  "√E‖ĝ‖² = c·x^p against G (at ε = the suite's) and against ε (at the ε sweep's G and KL), "
+                  "with 95% CIs and how each may be read."),
+            _table(fit_rows, SLOPE_COLUMNS),
             _text("Bias per G: estimate [95% CI] (Monte Carlo groups)."),
             _table(per_g, per_g_cols)]),
-        ("Estimator lab: bias vs ε and the δ_GMC ≤ δ_clip check", [
+        ("Estimator lab: bias vs ε and the δ_rescale ≤ δ_clip check", [
             _figure(figures.bias_vs_eps(data["by_eps"], data["delta"], out_dir, styles),
                     f"G = {cfg['sweep_group_size']}, KL = {cfg['kl']:g}: Monte Carlo bias vs ε, 95% CIs (left); "
                     f"mean per-group distortion max_i |1 − w_i/r_i| of GMC and trajectory clipping (right)")]),

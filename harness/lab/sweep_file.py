@@ -23,7 +23,7 @@ from harness.config.suite import Suite, read_suite_yaml
 from harness.store.trialdir import LAB_DIR, suite_file
 
 SWEEP_FILE = Path(LAB_DIR) / "sweeps.json"
-SWEEP_VERSION = 4             # 4: every input resolved from the typed base config (lab defaults included)
+SWEEP_VERSION = 5             # 5: estimators chosen and judged by family (the data holds `families`)
 
 
 def sweep_inputs(suite: Suite) -> dict[str, Any] | None:

@@ -1,0 +1,131 @@
+"""The verdicts of claims (c) and (d) of docs/claims.md from the LLM grids, as pre-registered there.
+
+    python scripts/claims_verdicts.py --eps results/claims-eps \
+        --g results/claims-g4 results/claims-g8 results/claims-g16 results/claims-g32
+
+Reads result files only (harness.report.load). Estimators are sorted into kinds by the family each trial
+recorded in its provenance (`correction: group-cap` = group rescaling, `sequence-is` = trajectory
+clipping; harness/lab/weight_kinds.py), never by name. Committed before any trial of these grids finished.
+
+(c) direction: S = mean final eval/acc at the largest ε − at the smallest ε (delay 32); for each clipper c,
+    D_c = S_c − S_rescaler with a seeded percentile bootstrap over seeds (cells resampled independently),
+    Bonferroni over the clippers. Supported if every D_c's interval lies above 0, not supported if one lies
+    below 0, inconclusive otherwise.
+(d) gap(G) = mean final eval/acc of the shared on-policy run − that of the estimator at delay 32, SE from the
+    seeds; gap = c·G^p by weighted nonlinear least squares (harness.lab.results.fit_power on the gaps),
+    Wald 95% CI. Rescaler: supported if the CI lies below 0 and reaches −0.4; not supported if it lies above
+    −0.4; inconclusive otherwise, and whenever a gap's mean is ≤ 0 (the power law is then undefined).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from harness.lab.weight_kinds import CLIPPING, RESCALING, kind_of
+from harness.lab.results import fit_power
+from harness.report.load import SuiteResults, load_results
+
+RATE = -0.4                      # claim (d): G^(−2/5)
+N_BOOT = 10_000
+
+
+def final_accuracies(res: SuiteResults) -> dict[tuple[str, int, float], np.ndarray]:
+    """(algorithm, delay, eps) -> final eval/acc per seed (the last evaluated step of each finished trial)."""
+    last = res.evals.sort_values("step").groupby("trial_id").tail(1).set_index("trial_id")["eval/acc"]
+    out: dict[tuple[str, int, float], list[float]] = {}
+    for r in res.trials.to_dict("records"):
+        if r["status"] == "completed" and r["trial_id"] in last.index:
+            eps = float(r.get("eps", math.nan)) if r.get("eps") is not None else math.nan
+            out.setdefault((str(r["algorithm"]), int(r["delay"]), eps), []).append(float(last[r["trial_id"]]))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def kinds(res: SuiteResults) -> dict[str, str | None]:
+    """algorithm -> its kind (RESCALING, CLIPPING or None) from the family its trials recorded."""
+    algorithm = dict(zip(res.trials["trial_id"], res.trials["algorithm"]))
+    out: dict[str, str | None] = {}
+    for tid, prov in res.provenance.items():
+        name = algorithm.get(tid)
+        if isinstance(name, str) and isinstance((prov or {}).get("estimator"), dict):
+            out.setdefault(name, kind_of(prov["estimator"]))
+    return out
+
+
+def sensitivity_verdict(acc: Mapping[str, Mapping[float, np.ndarray]], rescaler: str, clippers: list[str],
+                        seed: int = 0, n_boot: int = N_BOOT) -> dict[str, Any]:
+    """Claim (c)'s direction test. acc: estimator -> ε -> final accuracies at delay 32 (seeds)."""
+    if any(len(acc[n]) < 2 for n in [rescaler, *clippers]):
+        return {"verdict": "not testable on this benchmark", "why": "fewer than two ε values per estimator"}
+    rng = np.random.default_rng(seed)
+    level = 0.05 / max(1, len(clippers))                                  # Bonferroni over the clippers
+
+    def sens(name: str, boot: bool) -> np.ndarray | float:
+        by = acc[name]
+        lo, hi = by[min(by)], by[max(by)]
+        if not boot:
+            return float(hi.mean() - lo.mean())
+        return (rng.choice(hi, (n_boot, hi.size)).mean(1) - rng.choice(lo, (n_boot, lo.size)).mean(1))
+
+    s_r, b_r = sens(rescaler, False), sens(rescaler, True)
+    rows = {}
+    for c in clippers:
+        d_boot = sens(c, True) - b_r
+        lo, hi = np.quantile(d_boot, [level / 2, 1 - level / 2])
+        rows[c] = {"S": sens(c, False), "D": sens(c, False) - s_r, "lo": float(lo), "hi": float(hi)}
+    if rows and all(r["lo"] > 0 for r in rows.values()):
+        verdict = "supported (direction)"
+    elif any(r["hi"] < 0 for r in rows.values()):
+        verdict = "not supported"
+    else:
+        verdict = "inconclusive at this power"
+    return {"verdict": verdict, "S_rescaler": s_r, "clippers": rows, "confidence": 1 - level}
+
+
+def gap_verdict(G: list[int], on_policy: list[np.ndarray], stale: list[np.ndarray]) -> dict[str, Any]:
+    """Claim (d) for one estimator: on_policy[k], stale[k] are final accuracies (seeds) at group size G[k]."""
+    gap = np.array([a.mean() - b.mean() for a, b in zip(on_policy, stale)])
+    se = np.array([math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) for a, b in zip(on_policy, stale)])
+    fit = fit_power(np.asarray(G, float), gap, se)         # fits gap = e^a·G^q and reports p = q/2
+    p, lo, hi = 2 * fit["slope"], 2 * fit["lo"], 2 * fit["hi"]
+    if (gap <= 0).any() or not math.isfinite(p):
+        verdict = "inconclusive at this power"
+    elif hi < 0 and lo <= RATE:
+        verdict = "supported"
+    elif lo > RATE:
+        verdict = "not supported"
+    else:
+        verdict = "inconclusive at this power"
+    return {"verdict": verdict, "gap": gap.tolist(), "gap_se": se.tolist(), "p": p, "lo": lo, "hi": hi}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--eps", type=Path, help="results/claims-eps")
+    ap.add_argument("--g", type=Path, nargs="*", default=[], help="results/claims-gG, one per G")
+    args = ap.parse_args(argv)
+    if args.eps:
+        res = load_results(args.eps)
+        acc, kind = final_accuracies(res), kinds(res)
+        by: dict[str, dict[float, np.ndarray]] = {}
+        for (name, delay, eps), v in acc.items():
+            if delay > 0:
+                by.setdefault(name, {})[eps] = v
+        for r in [n for n in by if kind.get(n) == RESCALING]:
+            print("(c)", r, sensitivity_verdict(by, r, sorted(n for n in by if kind.get(n) == CLIPPING)))
+    if args.g:
+        loaded = sorted(((load_results(p)) for p in args.g), key=lambda res: int(res.suite.base["group_size"]))
+        sizes = [int(res.suite.base["group_size"]) for res in loaded]
+        accs = [final_accuracies(res) for res in loaded]
+        kind = kinds(loaded[0])
+        for name in sorted(n for n in kind if kind[n] is not None):
+            on = [next(v for (n, d, _), v in a.items() if d == 0) for a in accs]
+            stale = [next(v for (n, d, _), v in a.items() if n == name and d > 0) for a in accs]
+            print("(d)", name, kind[name], gap_verdict(sizes, on, stale))
+
+
+if __name__ == "__main__":
+    main()
