@@ -12,13 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)\s]+)\)")            # [text](target); targets with spaces are not used here
-# Linked paths known to be missing while they are being made, each with where it comes from. An entry must
-# still be missing (the test fails once it is committed, so the entry is removed in that commit).
-PENDING = {
-    "reports/reference-v2-followup/index.html":   # README; rerun from suites/reference-v2-followup.yaml on the
-                                                  # claims branch, committed with its raw files when it ends
-        "README.md",
-}
+# Linked paths known to be missing while they are being made, each with the document that links it. An entry
+# must still be missing (the test fails once it is committed, so the entry is removed in that commit).
+PENDING: dict[str, str] = {}
 
 
 def _tracked() -> set[str]:
