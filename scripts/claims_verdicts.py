@@ -5,7 +5,7 @@
 
 Reads result files only (harness.report.load). Estimators are sorted into kinds by the family each trial
 recorded in its provenance (`correction: group-cap` = group rescaling, `sequence-is` = trajectory
-clipping; harness/lab/weight_kinds.py), never by name. Committed before any trial of these grids finished.
+clipping; harness/lab/families.py), never by name. Committed before any trial of these grids finished.
 
 (c) direction: S = mean final eval/acc at the largest ε − at the smallest ε (delay 32); for each clipper c,
     D_c = S_c − S_rescaler with a seeded percentile bootstrap over seeds (cells resampled independently),
@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from harness.lab.weight_kinds import CLIPPING, RESCALING, kind_of
+from harness.lab.families import CLIPPING, RESCALING, kind_of
 from harness.lab.results import fit_power
 from harness.report.load import SuiteResults, load_results
 

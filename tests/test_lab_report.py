@@ -250,7 +250,7 @@ def test_run_computes_missing_sweeps_without_rerunning_trials(tmp_path, monkeypa
 # ----------------------------------------------------------------------------------------------
 
 def test_kind_comes_from_the_registry_family():
-    from harness.lab.weight_kinds import CLIPPING, RESCALING, kind_of, members
+    from harness.lab.families import CLIPPING, RESCALING, kind_of, members
     from harness.lab.sweeps import families_of
 
     fams = families_of(["gmc_grpo", "tic_is", "tis_seq", "grpo", "is_none"])
@@ -273,7 +273,7 @@ def _fit(lo: float, hi: float) -> dict:
     ("trajectory clipping", [], "unresolved"),                          # nothing fitted
 ])
 def test_one_rule_per_kind(kind, cis, reading):
-    from harness.lab.weight_kinds import g_reading
+    from harness.lab.families import g_reading
     assert g_reading(kind, [_fit(lo, hi) for lo, hi in cis]) == reading
 
 
@@ -286,7 +286,7 @@ def test_the_lab_report_and_sweeps_name_no_estimator():
 
     names = set(loss_names())
     root = Path(__file__).resolve().parents[1] / "harness" / "lab"
-    for file in ("report.py", "sweeps.py", "plots.py", "weight_kinds.py"):
+    for file in ("report.py", "sweeps.py", "plots.py", "families.py"):
         tree = ast.parse((root / file).read_text(encoding="utf-8"))
         hits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
         assert not hits, f"harness/lab/{file} names {sorted(hits)}"
@@ -308,7 +308,7 @@ def group_cap_plugin():
 
 
 def test_a_plugin_of_a_family_is_swept_and_judged_by_its_family_rule(group_cap_plugin):
-    from harness.lab.weight_kinds import kinds
+    from harness.lab.families import kinds
     from harness.lab.report import slope_rows, verdicts
     from harness.lab.sweeps import run_sweeps
     from harness.config.run import from_dict

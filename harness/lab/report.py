@@ -15,7 +15,7 @@ a suite whose base config has no `lab:` section. Two data sources, both read, ne
 
 Claims are the five of docs/estimators.md ("Claims the estimator lab checks"); the rules that turn numbers into verdicts are
 in `verdicts` and printed next to each verdict. The claims compare kinds of trajectory weights (group rescaling,
-trajectory clipping: harness/lab/weight_kinds.py, from the registry family stored with the sweeps), so every estimator
+trajectory clipping: harness/lab/families.py, from the registry family stored with the sweeps), so every estimator
 of a kind, a plugin's included, is judged by its kind's rule; no estimator is named here.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from harness.store import trialdir
 from harness.config.suite import read_suite_yaml
 from harness.lab import plots as figures
-from harness.lab.weight_kinds import CLIPPING, RESCALING, g_reading, kind_label, kinds
+from harness.lab.families import CLIPPING, RESCALING, g_reading, kind_label, kinds
 from harness.lab.results import LabTrial, bias_ci, configurations, distinct, fit_power, read_trials, spearman_permutation
 from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs
 from harness.report.load import SuiteResults

@@ -32,7 +32,7 @@ from algorithms import LossInputs, describe, prepare_context, uses_eps
 
 from harness.config.run import from_dict
 from harness.lab import estimate, policy
-from harness.lab.weight_kinds import CLIPPING, RESCALING, kind_of, members
+from harness.lab.families import CLIPPING, RESCALING, kind_of, members
 from harness.config.lab import LabConfig
 from harness.lab.sweep_file import SWEEP_FILE, read_sweeps, suite_sweep_inputs, write_sweeps
 
