@@ -1,4 +1,4 @@
-"""Tests for harness.config.yamlio (the reader in harness.store.untrusted): every refusal is a one-line ConfigError, and hostile input stays cheap."""
+"""Tests for the YAML half of harness.store.untrusted: every refusal is a one-line ConfigError, and hostile input stays cheap."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.run import ConfigError
-from harness.config.yamlio import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, SHORT_CHARS, load_yaml_file,
+from harness.store.untrusted import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, SHORT_CHARS, load_yaml_file,
                             load_yaml_text, read_text_file, short)
 
 

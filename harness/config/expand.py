@@ -20,7 +20,7 @@ from harness.config.run import ConfigError, RunConfig, build_run_config, set_dot
 from harness.registry import SOURCES, claimant
 from harness.config.kinds import kind_of
 from harness.config.suite import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
-from harness.config.yamlio import load_yaml_text, read_text_file, short
+from harness.store.untrusted import load_yaml_text, read_text_file, short
 from harness.store.untrusted import display
 
 MAX_TRIALS = 20_000           # a larger grid needs --max-trials (it is counted before anything is expanded)

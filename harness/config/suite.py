@@ -34,7 +34,7 @@ from harness.config.run import DEFAULT_ESTIMATOR, RunConfig, from_dict, to_dict
 from harness.errors import ConfigError
 from harness.config.collapse import CollapseRules
 from harness.store.tracking.mirrors import TrackingConfig
-from harness.config.yamlio import load_yaml_text, read_text_file, short
+from harness.store.untrusted import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
               "share_on_policy", "overrides_scope", "tracking")

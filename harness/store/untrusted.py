@@ -5,7 +5,6 @@ overrides file, a trace, a raw archive and every trial file inside it, a committ
 Public API: :func:`read_bytes`, :func:`read_text_file`, :func:`load_yaml_file`, :func:`load_yaml_text`,
 :func:`check_value`, :func:`short`, :func:`display`; untrusted_json.py: :func:`load_json_text`,
 :func:`read_json_file`; untrusted_archive.py: :func:`check_tar_gz`.
-(harness/config/yamlio.py re-exports the YAML half for the spec layer.)
 
 Every problem raises :class:`UntrustedError` (a ``ConfigError``, so a ``ValueError``) whose message is
 one line naming the file (or CLI value) and the rule; nothing unbounded, and no control character, is
@@ -80,15 +79,10 @@ def short(value: Any, limit: int = SHORT_CHARS) -> str:
         text = _REPR.repr(value)
     except Exception:  # noqa: BLE001  # e.g. an int over Python's 4300-digit str limit, a broken __repr__
         text = f"<{type(value).__name__}>"
-    return _one_line(text, limit)
+    return one_line(text, limit)
 
 
 def one_line(text: str, limit: int) -> str:
-    """``text`` with control characters escaped, cut to ``limit`` characters."""
-    return _one_line(text, limit)
-
-
-def _one_line(text: str, limit: int) -> str:
     """``text`` with control characters escaped (``\\x1b``, ``\\n``), cut to ``limit`` characters."""
     text = _escape(text[: 2 * limit])
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -97,11 +91,6 @@ def _one_line(text: str, limit: int) -> str:
 def display(name: Any) -> str:
     """A file name or CLI label fit for a one-line message: control characters escaped, a long one cut
     to its start and its end."""
-    return _where(name)
-
-
-def _where(name: Any) -> str:
-    """A file name or CLI label fit for a one-line message; a long one keeps its start and its end."""
     text, half = str(name), SHORT_CHARS
     if len(text) <= 2 * half and len(_escape(text)) <= 2 * half:
         return _escape(text)
@@ -127,7 +116,7 @@ def read_bytes(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FIL
     fd = open_regular(path, what, max_bytes, missing_ok)
     if fd is None:
         return None
-    name = _where(path)
+    name = display(path)
     with os.fdopen(fd, "rb") as f:
         _check_regular(name, what, os.fstat(fd).st_mode)
         try:
@@ -143,7 +132,7 @@ def open_regular(path: str | os.PathLike[str], what: str, max_bytes: int, missin
     """A non-blocking read descriptor of the regular file ``path`` (see :func:`read_bytes`)."""
     if path is None or str(path) == "":
         raise UntrustedError(f"{what}: the path is empty; give the path of a {what}")
-    name = _where(path)
+    name = display(path)
     try:
         info = os.stat(path)             # before opening: open() on a FIFO blocks until a writer comes
         real = os.path.realpath(path)
@@ -170,7 +159,7 @@ def open_regular(path: str | os.PathLike[str], what: str, max_bytes: int, missin
 def read_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of the regular file ``path`` (:func:`read_bytes`); UntrustedError for bytes that
     are not UTF-8."""
-    return decode(read_bytes(path, what, max_bytes), _where(path), what)
+    return decode(read_bytes(path, what, max_bytes), display(path), what)
 
 
 def decode(data: bytes, name: str, what: str) -> str:
@@ -194,7 +183,7 @@ def _reason(exc: BaseException) -> str:
 
 def load_yaml_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """The YAML document in the file ``path`` (see :func:`read_text_file` and :func:`load_yaml_text`)."""
-    return load_yaml_text(read_text_file(path, what, max_bytes), where=_where(Path(path)))
+    return load_yaml_text(read_text_file(path, what, max_bytes), where=display(Path(path)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,7 +211,7 @@ class _BoundedLoader(yaml.SafeLoader):
             event = self.peek_event()
             node = super().compose_node(parent, index)      # raises for an undefined alias
             if id(node) not in self._sizes:                 # still being composed: it contains itself
-                raise _Refused(None, None, f"alias *{_one_line(str(event.anchor), SHORT_CHARS)} refers to a node that contains it; "
+                raise _Refused(None, None, f"alias *{one_line(str(event.anchor), SHORT_CHARS)} refers to a node that contains it; "
                                "write the value out", event.start_mark)
             return node
         self._depth += 1
@@ -299,7 +288,7 @@ def load_yaml_text(text: str, where: str, max_chars: int = MAX_FILE_BYTES) -> An
     ``"--trial value 'seed=['"``). Raises ConfigError (one line) for anything the module docstring
     lists. Safe loader only: tags such as ``!!python/object`` are refused.
     """
-    where = _where(where)
+    where = display(where)
     if not isinstance(text, str):
         raise UntrustedError(f"{where}: expected YAML text, got {type(text).__name__}")
     if len(text) > max_chars:
@@ -343,7 +332,7 @@ def _at(exc: yaml.YAMLError) -> str:
 def _problem(exc: yaml.YAMLError) -> str:
     parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
     text = ", ".join(str(p) for p in parts if p) or str(exc)
-    return _one_line(" ".join(text.split()), 2 * SHORT_CHARS)
+    return one_line(" ".join(text.split()), 2 * SHORT_CHARS)
 
 
 def check_value(value: Any, where: str, allow_nonfinite: bool = False) -> None:
@@ -356,17 +345,17 @@ def check_value(value: Any, where: str, allow_nonfinite: bool = False) -> None:
         item, depth = stack.pop()
         nodes += 1
         if nodes > MAX_NODES:
-            raise UntrustedError(f"{_where(where)}: more than {MAX_NODES} values")
+            raise UntrustedError(f"{display(where)}: more than {MAX_NODES} values")
         if isinstance(item, dict):
             children = list(item.values())
         elif isinstance(item, list):
             children = item
         else:
             if isinstance(item, float) and not allow_nonfinite and not math.isfinite(item):
-                raise UntrustedError(f"{_where(where)}: {item} is not a finite number")
+                raise UntrustedError(f"{display(where)}: {item} is not a finite number")
             if isinstance(item, int) and not isinstance(item, bool) and not -limit < item < limit:
-                raise UntrustedError(f"{_where(where)}: an integer over {MAX_INT_DIGITS} digits")
+                raise UntrustedError(f"{display(where)}: an integer over {MAX_INT_DIGITS} digits")
             continue
         if depth > MAX_DEPTH:
-            raise UntrustedError(f"{_where(where)}: nested more than {MAX_DEPTH} levels deep")
+            raise UntrustedError(f"{display(where)}: nested more than {MAX_DEPTH} levels deep")
         stack.extend((c, depth + 1) for c in children)
