@@ -2,11 +2,12 @@
 
     python benchmarks/v2_step_cost.py                       # 12 steps each after 3 not counted, 2 evaluations each
     python benchmarks/v2_step_cost.py --v2-base tiny-cumsum-v2b --forwards hf
-    python benchmarks/v2_step_cost.py --forwards lean --updates 1,2 --evals 0   # the cost of a second update
+    python benchmarks/v2_step_cost.py --forwards lean --layouts 1x1,2x1,1x4 --evals 0   # several updates per batch
 
 The trainers are the reference suites' own configs (suites/reference.yaml and suites/reference-v2.yaml,
-seed 0, delay 0, one thread), v2 once per `--forwards` value (model.forward: hf, lean) and `--updates` value
-(train.updates_per_batch k: a step is the batch's proximal log-probs and k updates, as in the trainer's loop),
+seed 0, delay 0, one thread), v2 once per `--forwards` value (model.forward: hf, lean) and `--layouts` value
+(PxM: train.passes P and train.minibatches M; with k = P·M > 1 a step is the batch's proximal log-probs and k
+updates, pass-major over the minibatches, as in the trainer's loop),
 and run in lockstep:
 one on-policy step of each in turn (`Trainer.make_batch` + `Trainer.update`, the order rotating each step), so
 the machine's load hits all alike. The float path is the trials' own (harness/trial/numerics.py pins it before torch
@@ -46,11 +47,12 @@ def trainer(suite_file: str, overrides: dict) -> Trainer:
 
 def step(t: Trainer, i: int) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    batch, k = t.make_batch(i), t.cfg.train.updates_per_batch
+    batch, k, m = t.make_batch(i), t.cfg.train.updates_per_batch, t.cfg.train.minibatches
     if k > 1:
         batch.logp_proximal = t.logp_now(batch.rollout)
-    for _ in range(k):
-        t.update(batch)
+    parts = batch.minibatches(m)
+    for j in range(k):
+        t.update(parts[j % m])
         t.version += 1
     return time.perf_counter() - wall, time.process_time() - cpu
 
@@ -62,14 +64,16 @@ def main() -> None:
     p.add_argument("--evals", type=int, default=2)
     p.add_argument("--v2-base", default="tiny-cumsum-v2a")
     p.add_argument("--forwards", default="hf,lean", help="v2's model.forward values, each its own trainer")
-    p.add_argument("--updates", default="1", help="v2's train.updates_per_batch values, each its own trainer")
+    p.add_argument("--layouts", default="1x1", help="v2's train.passes x train.minibatches values, each its own trainer")
     args = p.parse_args()
     torch.set_num_threads(1)
     systems = {"v1": trainer("reference.yaml", {})}
     for forward in args.forwards.split(","):
-        for k in map(int, args.updates.split(",")):
-            systems[f"v2 {forward}" + (f" k={k}" if k > 1 else "")] = trainer(
-                "reference-v2.yaml", {"model.base": args.v2_base, "model.forward": forward, "train.updates_per_batch": k})
+        for layout in args.layouts.split(","):
+            passes, minibatches = map(int, layout.split("x"))
+            systems[f"v2 {forward}" + (f" {layout}" if layout != "1x1" else "")] = trainer(
+                "reference-v2.yaml", {"model.base": args.v2_base, "model.forward": forward, "train.passes": passes,
+                                      "train.minibatches": minibatches})
     print(f"load average {os.getloadavg()[0]:.1f} at the start; torch threads 1; float path "
           f"{numerics.record()['float_path']}")
     rows = {name: [] for name in systems}
@@ -82,7 +86,7 @@ def main() -> None:
         print(f"{name}: {statistics.median(w for w, _ in r):.3f} s/step wall, "
               f"{statistics.median(c for _, c in r):.3f} CPU s/step (median of {len(r)})")
     pairs_of = [("v1", n) for n in names[1:]] + [(f"v2 {f}", n) for f in ("hf", "lean") for n in names
-                                                 if n.startswith(f"v2 {f} k=")]
+                                                 if n.startswith(f"v2 {f} ") and f"v2 {f}" in names]
     for a, b in pairs_of + ([("v2 hf", "v2 lean")] if {"v2 hf", "v2 lean"} <= set(names) else []):
         pairs = list(zip(kept[a], kept[b]))
         print(f"{b} / {a} per step, median of paired ratios: {statistics.median(y[0] / x[0] for x, y in pairs):.2f} "

@@ -73,7 +73,10 @@ def results_dir(arg: str, results_root: Path) -> Path:
 def _load(args):
     """The suite of the command line and its trials, validated and expanded once."""
     from harness.config.expand import MAX_TRIALS, load_suite_trials
-    return load_suite_trials(suite_file(args.suite), args.sets, args.max_trials or MAX_TRIALS, args.overrides)
+    from harness.store.trialdir import suite_file as results_suite_file
+    path = suite_file(args.suite)
+    stored = path in (results_suite_file(Path(args.suite)), results_suite_file(Path("results") / args.suite))
+    return load_suite_trials(path, args.sets, args.max_trials or MAX_TRIALS, args.overrides, stored)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -239,7 +239,7 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
     """Rerun REPORT_DIR's finished trials (the --only slice) with `run(suite, trials, out_root)`, which
     writes them to out_root/<suite>/; returns the verdict table and its rows (cell, verdict, detail)."""
     with committed_results(report_dir) as committed:
-        suite, every = load_suite_trials(committed / SUITE_FILE)
+        suite, every = load_suite_trials(committed / SUITE_FILE, stored=True)
         rerun, refused = planned(every, committed, only)
         out_root = Path(results_root) / OUT_DIR
         new_dir = trialdir.suite_results_dir(out_root, suite.name)

@@ -93,9 +93,9 @@ def learning_base(tiny_base):
     return {**tiny_base, "model": {"kind": "tiny"}}
 
 
-@pytest.mark.parametrize("d,k", [(2, 1), (3, 2)])
-def test_point_mass_is_the_exact_delay_bit_for_bit(learning_base, tmp_path, d, k):
-    extra = {"train.updates_per_batch": k}
+@pytest.mark.parametrize("d,passes,minibatches", [(2, 1, 1), (3, 2, 1), (3, 1, 2)])
+def test_point_mass_is_the_exact_delay_bit_for_bit(learning_base, tmp_path, d, passes, minibatches):
+    extra = {"train.passes": passes, "train.minibatches": minibatches}
     _, exact, exact_eval = run(learning_base, tmp_path, "exact", delay=d, **extra)
     _, point, point_eval = run(learning_base, tmp_path, "point", delay={"dist": "uniform", "min": d, "max": d}, **extra)
     assert sum(r["loss/value"] != 0 for r in exact) >= 2          # the policy moves, so versions differ

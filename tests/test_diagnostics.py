@@ -59,7 +59,7 @@ def test_combine_metrics_averages_a_key_over_the_parts_that_have_it():
 
 def test_a_trial_writes_one_histogram_row_per_step(tiny_base, tmp_path):
     base = {**tiny_base, "model": {"kind": "tiny"}}
-    _, rows, _ = run(base, tmp_path, delay=2, **{"train.updates_per_batch": 2})
+    _, rows, _ = run(base, tmp_path, delay=2, **{"train.passes": 2})
     hist = trialdir.read_side_rows(tmp_path / "t", trialdir.IS_HIST)
     assert [h["step"] for h in hist] == [r["step"] for r in rows]
     for h, r in zip(hist, rows):                      # k = 2 updates, each counts every response token

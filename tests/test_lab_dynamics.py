@@ -71,8 +71,8 @@ def test_kl_divergence_measurement(tmp_path):
 
 def test_unsupported_settings_are_refused(tmp_path):
     base = tiny()
-    base["train"] = {**base["train"], "updates_per_batch": 2}
-    with pytest.raises(ValueError, match="updates_per_batch"):
+    base["train"] = {**base["train"], "minibatches": 2}
+    with pytest.raises(ValueError, match="train.passes, train.minibatches"):
         run(tmp_path, "a", base)
 
 

@@ -175,8 +175,8 @@ BAD = [
      "base.train.temperature: expected float"),
     # what a trial kind cannot honour (kinds.py): a lab trial takes one update per batch
     ("lab-two-updates", suite_dict(base={**BASE, "lab": {"measure_groups": 0}, "train": {**BASE["train"],
-                                                                                       "updates_per_batch": 2}}),
-     "train.updates_per_batch: a lab trial takes one optimizer update per batch"),
+                                                                                       "minibatches": 2}}),
+     "train.passes, train.minibatches: a lab trial takes one optimizer update per batch"),
 ]
 
 
@@ -263,12 +263,12 @@ def test_trial_kinds_answer_for_their_configs():
 def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
     """A companion of reference-v2 (the field table) shares its base and tune sections, so a trial of an
     estimator configured there is configured as it would be in the reference (same resolved config); the
-    updates table differs from it only in updates per batch, the shared-lr table only in having no tuned lrs, the bases table only in its bases."""
+    updates table differs from it only in full passes per batch, the shared-lr table only in having no tuned lrs, the bases table only in its bases."""
     reference = load_suite_file(REPO / "suites" / "reference-v2.yaml")
     updates = load_suite_file(REPO / "suites" / "reference-v2-updates.yaml")
-    assert updates.base["train"].pop("updates_per_batch") == 2 and reference.base["train"]["updates_per_batch"] == 1
+    assert updates.base["train"].pop("passes") == 2 and reference.base["train"]["passes"] == 1
     assert updates.base == {**reference.base, "train": {k: v for k, v in reference.base["train"].items()
-                                                        if k != "updates_per_batch"}}
+                                                        if k != "passes"}}
     assert (updates.algorithms, updates.overrides) == (reference.algorithms, reference.overrides)
     bases = load_suite_file(REPO / "suites" / "reference-v2-bases.yaml")
     assert (bases.base, bases.algorithms, bases.overrides) == (reference.base, reference.algorithms, reference.overrides)

@@ -44,8 +44,9 @@ def load_suite_file(path: str | Path, sets: list[str] = (), max_trials: int = MA
 
 
 def load_suite_trials(path: str | Path, sets: list[str] = (), max_trials: int = MAX_TRIALS,
-                      overrides_file: str | Path | None = None) -> tuple[Suite, list[Trial]]:
-    """load_suite_file and the suite's trials, expanded once (what the command line runs)."""
+                      overrides_file: str | Path | None = None, stored: bool = False) -> tuple[Suite, list[Trial]]:
+    """load_suite_file and the suite's trials, expanded once (what the command line runs); `stored`: a
+    snapshot a run wrote (schema.parse_suite)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such suite file; the predefined suites are in suites/")
@@ -55,7 +56,7 @@ def load_suite_trials(path: str | Path, sets: list[str] = (), max_trials: int = 
         data, text = apply_overrides_file(data, Path(overrides_file), text)
     if sets:
         data, text = apply_sets(data, sets, text)
-    suite = parse_suite(data, str(path), text)
+    suite = parse_suite(data, str(path), text, stored)
     count = trial_count(suite)
     if count > max_trials:
         raise ConfigError(f"{path}: the grid has {count} trials, more than the limit {max_trials}; shrink the grid "

@@ -83,8 +83,8 @@ def check_supported(cfg: Any) -> None:
                                          "or trace"),
         (cfg.mismatch is not None, "mismatch: the mismatched engine is a transformers engine for LLM trials; use "
                                    "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section"),
-        (cfg.train.updates_per_batch != 1, "train.updates_per_batch: a lab trial takes one optimizer update per "
-                                           "batch; set train.updates_per_batch: 1"),
+        (cfg.train.updates_per_batch != 1, "train.passes, train.minibatches: a lab trial takes one optimizer update "
+                                           "per batch; set both to 1"),
         (cfg.train.kl_beta != 0, "train.kl_beta: a lab trial has no KL penalty; set train.kl_beta: 0"),
         (cfg.async_ is not None, "async: a lab trial uses the exact delay only; remove the async section"),
         (cfg.train.workers > 1, "train.workers: an estimator-lab trial runs in one process; remove train.workers"),

@@ -22,6 +22,7 @@ from harness.errors import ConfigError
 from harness.registry import BACKENDS, ENGINES, FORWARDS
 from harness.config.trace import read_trace, trace_sha256
 from harness.config.lab import LabConfig
+from harness.store.trialdir import RENAMED_KEYS
 from harness.store.untrusted import short
 
 
@@ -110,7 +111,11 @@ class TrainConfig:
     beta2: float = 0.99
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    updates_per_batch: int = 1             # optimizer updates per batch: staleness spans delay..delay+k-1
+    passes: int = 1                        # full passes over each batch, one optimizer update each (PPO epochs;
+                                           # TRL's num_iterations): every response is used `passes` times
+    minibatches: int = 1                   # each batch split into this many minibatches of whole prompt groups, one
+                                           # optimizer update each, every response used once (verl's
+                                           # ppo_mini_batch_size = the batch / minibatches; docs/staleness.md)
     micro_batch_size: int | None = None    # responses per forward/backward; None = whole batch
     aggregation: str = "token-mean"
     advantage: str = "std"                 # std (GRPO) | mean (Dr. GRPO)
@@ -125,13 +130,22 @@ class TrainConfig:
     save: str = "none"                     # keep the policy as a transformers model dir <trial>/policy:
                                            # final (at the last step) | best (best eval/acc) | none
 
+    @property
+    def updates_per_batch(self) -> int:
+        """Optimizer updates per batch, passes x minibatches (pass-major): batch s is consumed by updates
+        U·s .. U·s+U−1, so its responses are `delay` .. `delay`+U−1 updates old when they are used."""
+        return self.passes * self.minibatches
+
     def validate(self, key: str) -> None:
-        for name in ("steps", "prompts_per_step", "lr", "updates_per_batch", "max_new_tokens", "temperature", "threads",
-                     "workers"):
+        for name in ("steps", "prompts_per_step", "lr", "passes", "minibatches", "max_new_tokens", "temperature",
+                     "threads", "workers"):
             _positive(f"{key}.{name}", getattr(self, name))
-        if self.prompts_per_step % self.workers:
-            raise ConfigError(f"{key}.workers: {key}.prompts_per_step {self.prompts_per_step} does not divide into "
-                              f"{self.workers} workers (each worker samples whole prompt groups)")
+        if self.prompts_per_step % self.minibatches:
+            raise ConfigError(f"{key}.minibatches: {key}.prompts_per_step {self.prompts_per_step} does not divide into "
+                              f"{self.minibatches} minibatches (each minibatch holds whole prompt groups)")
+        if self.prompts_per_step // self.minibatches % self.workers:
+            raise ConfigError(f"{key}.workers: the {self.prompts_per_step // self.minibatches} prompts of a minibatch "
+                              f"do not divide into {self.workers} workers (each worker trains on whole prompt groups)")
         if self.steps > MAX_STEPS:
             raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
         for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
@@ -307,6 +321,11 @@ def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
     hints = typing.get_type_hints(cls)
     by_yaml = {_yaml_name(f): f for f in fields(cls)}
     unknown = sorted(set(data) - set(by_yaml))
+    renamed = [(old, new) for old, new in RENAMED_KEYS.items() for name in unknown if f"{key}.{name}".endswith(old)]
+    if renamed:
+        old, new = renamed[0]
+        raise ConfigError(f"{key}.{old.split('.')[-1]}: renamed {new} (full passes over each batch, what it meant); "
+                          f"for several minibatch updates per batch, each response used once, set train.minibatches")
     if unknown:
         raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid keys: {', '.join(sorted(by_yaml))}")
     kwargs = {f.name: _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}

@@ -33,6 +33,7 @@ import yaml
 from harness.config.run import DEFAULT_ESTIMATOR, RunConfig, from_dict, to_dict
 from harness.errors import ConfigError
 from harness.config.collapse import CollapseRules
+from harness.store import trialdir
 from harness.store.tracking.mirrors import TrackingConfig
 from harness.store.untrusted import load_yaml_text, read_text_file, short
 
@@ -178,14 +179,19 @@ def _fail(path: str, msg: str) -> ConfigError:
 
 def read_suite_yaml(path: Path) -> Suite:
     """A suite file as it is (no --set, no overrides file, trials not expanded): results/<suite>/suite.yaml
-    for `status`, the lab and the report. A one-line ConfigError naming the path and key otherwise."""
+    for `status`, the lab and the report, read as a stored snapshot (parse_suite). A one-line ConfigError
+    naming the path and key otherwise."""
     text = read_text_file(Path(path), "suite file")
-    return parse_suite(load_yaml_text(text, str(path)), str(path), text)
+    return parse_suite(load_yaml_text(text, str(path)), str(path), text, stored=True)
 
 
-def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
+def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool = False) -> Suite:
+    """The suite of a file's `data`. `stored`: a snapshot a run wrote (results/<suite>/suite.yaml, a report's
+    archive), whose settings renamed since (trialdir.RENAMED_KEYS) are read under their new names."""
     if not isinstance(data, Mapping):
         raise _fail(where, "a suite file must be a mapping with keys " + ", ".join(SUITE_KEYS))
+    if stored:
+        data = _upgraded(data)
     unknown = sorted(set(data) - set(SUITE_KEYS))
     if unknown:
         raise _fail(where, f"unknown key {unknown[0]!r}; valid keys: {', '.join(SUITE_KEYS)}")
@@ -240,6 +246,24 @@ def parse_suite(data: Any, where: str = "suite", source: str = "") -> Suite:
                         "report": _report(data.get("report"), suite), "tune": _tune(data.get("tune"), suite)})
     except ConfigError as exc:
         raise _fail(where, str(exc)) from None
+
+
+def _upgraded(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored suite's data with trialdir.RENAMED_KEYS applied to its base, grid axes, overrides and tune."""
+    def rename(key: Any) -> Any:
+        return trialdir.RENAMED_KEYS.get(key, key)
+
+    out = dict(data)
+    if isinstance(out.get("base"), Mapping):
+        out["base"] = trialdir.upgraded(out["base"])
+    if isinstance(out.get("grid"), Mapping):
+        out["grid"] = {rename(k): v for k, v in out["grid"].items()}
+    if isinstance(out.get("overrides"), Mapping):
+        out["overrides"] = {name: {rename(k): v for k, v in o.items()} if isinstance(o, Mapping) else o
+                            for name, o in out["overrides"].items()}
+    if isinstance(out.get("tune"), Mapping) and "param" in out["tune"]:
+        out["tune"] = {**out["tune"], "param": rename(out["tune"]["param"])}
+    return out
 
 
 def _grid(grid: Any, where: str) -> dict[str, list[Any]]:

@@ -13,7 +13,7 @@ The file format (JSON Lines, UTF-8; one line per step, in order):
 - `step`: 1, 2, 3, ... (the consumed batch, as in metrics.jsonl); at least `train.steps` lines; lines past
   that are not read;
 - `versions[i]`: the number of optimizer updates applied to the policy that generated response i, an
-  integer with 0 <= version <= k·(step − 1) (k = train.updates_per_batch: no version from the future) and
+  integer with 0 <= version <= k·(step − 1) (k = train.passes × train.minibatches: no version from the future) and
   k·(step − 1) − version <= `max` (the stated bound);
 - `segments[i]`: the versions of response i's consecutive segments, oldest first (AReaL-style interrupted
   generation). A response of one segment is replayed like a `versions` entry; several segments are

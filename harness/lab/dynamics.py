@@ -13,7 +13,7 @@ Every run-config field a lab trial reads: algorithm, params, delay, eps, group_s
 train.prompts_per_step, train.lr, train.grad_clip, train.aggregation, train.advantage, train.threads,
 eval.every_steps, lab.*. Ignored: model, task, train.beta1/beta2/weight_decay (plain SGD),
 temperature, max_new_tokens, micro_batch_size, checkpoint_every, eval.size/pass_k. Refused (they would
-change the meaning silently): updates_per_batch ≠ 1, kl_beta ≠ 0, async.
+change the meaning silently): passes or minibatches ≠ 1, kl_beta ≠ 0, async.
 
 Rows (RunLog; metrics at step t+1 describe update t+1, like the LLM trainer):
     metrics.jsonl  train/reward_mean, rollout/zero_adv_frac, loss/value, opt/grad_norm (before clipping),

@@ -153,6 +153,23 @@ def config_sha256(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# Settings renamed since trials were first written, old dotted key -> new: a stored config.yaml (or a stored
+# suite snapshot, config/suite.py) is read under the new names, so the trial keeps its identity. A suite a
+# user writes gets a one-line error instead (config/run.py from_dict), so the two meanings cannot be confused.
+RENAMED_KEYS = {"train.updates_per_batch": "train.passes"}     # full passes; train.minibatches came beside it
+
+
+def upgraded(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` (a resolved run config, or a suite's base block) with RENAMED_KEYS applied."""
+    out = dict(config)
+    for old, new in RENAMED_KEYS.items():
+        (section, old_key), (_, new_key) = old.split("."), new.split(".")
+        inner = out.get(section)
+        if isinstance(inner, Mapping) and old_key in inner and new_key not in inner:
+            out[section] = {(new_key if k == old_key else k): v for k, v in inner.items()}
+    return out
+
+
 def read_config(trial_dir: Path) -> dict[str, Any] | None:
     """The trial's resolved config.yaml, or None when it has none (or an unreadable one)."""
     try:
@@ -172,7 +189,7 @@ def checked_config(trial_dir: Path) -> dict[str, Any] | None:
     data = load_yaml_text(decode(text, display(path), CONFIG), str(path))
     if not isinstance(data, dict):
         raise UntrustedError(f"{display(path)}: not a mapping of settings")
-    return data
+    return upgraded(data)
 
 
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] | None = None,

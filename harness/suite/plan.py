@@ -25,7 +25,9 @@ TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
 TINY_RESPONSES = 128
 LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
 PINNED_FACTOR = 1.53
-EXTRA_UPDATE = 0.73                # a step with k updates per batch costs 1 + EXTRA_UPDATE (k - 1) of one with k = 1
+EXTRA_UPDATE = 0.73                # a step with p full passes per batch costs 1 + EXTRA_UPDATE (p - 1) of one with p = 1
+EXTRA_MINIBATCHES = 0.33           # and, split into m > 1 minibatches, 1 + EXTRA_MINIBATCHES of that (the proximal
+                                   # log-probs, m - 1 more optimizer steps; measured at m = 4, benchmarks/README.md)
 # GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
 # (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
 # bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at
@@ -113,16 +115,21 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
         scale = pinned / TINY_RESPONSES
         step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
                                  * t.config.train.prompts_per_step * t.config.group_size
-                                 * (1 + EXTRA_UPDATE * (t.config.train.updates_per_batch - 1)) for t in trials)
-        updates = sorted({t.config.train.updates_per_batch for t in trials})
+                                 * _updates_factor(t.config.train) for t in trials)
+        layouts = sorted({(t.config.train.passes, t.config.train.minibatches) for t in trials})
         return (step_s, f"the tiny CPU model's {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
                         f"(transformers forward, native float path, idle 2-core machine)"
                         + (f" x {1 / LEAN_SPEEDUP[task]:.2f} for the lean forward" if "lean" in forwards else "")
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
-                        + (f" x 1 + {EXTRA_UPDATE} (k - 1) for k = {', '.join(map(str, updates))} updates per batch"
-                           if updates != [1] else "")
+                        + (f" x (1 + {EXTRA_UPDATE} (p - 1)) (1 + {EXTRA_MINIBATCHES} [m > 1]) for p passes x m "
+                           f"minibatches = {', '.join(f'{p}x{m}' for p, m in layouts)}" if layouts != [(1, 1)] else "")
                         + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""
+
+
+def _updates_factor(train) -> float:
+    """A step's cost with train.passes and train.minibatches relative to one update on the whole batch."""
+    return (1 + EXTRA_UPDATE * (train.passes - 1)) * (1 + EXTRA_MINIBATCHES * (train.minibatches > 1))
 
 
 def _pinned_factor() -> float:

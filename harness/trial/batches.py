@@ -31,6 +31,17 @@ class Batch:
     engine_gap: float | None = None   # max |engine log-prob − trainer recomputation| (external engines)
     logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
 
+    def minibatches(self, m: int) -> list["Batch"]:
+        """The batch split into `m` minibatches of whole prompt groups, in row order (train.minibatches)."""
+        if m == 1:
+            return [self]
+        per, rows = len(self.problems) // m, self.rewards.shape[0] // m
+        parts = [slice(j * rows, (j + 1) * rows) for j in range(m)]
+        return [Batch(self.index, self.problems[j * per:(j + 1) * per],
+                      self.rollout.take(list(range(part.start, part.stop))), self.rewards[part], self.group_ids[part],
+                      self.engine_gap, None if self.logp_proximal is None else self.logp_proximal[part])
+                for j, part in enumerate(parts)]
+
 
 def batch_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index) % (2**63 - 1)

@@ -67,11 +67,11 @@ def add_histograms(a: dict[str, list[int]] | None, b: dict[str, list[int]]) -> d
     return {k: add(a[k], b[k]) for k in b}
 
 
-def rollout_metrics(batch: Any, version: int) -> dict[str, float]:
-    """The consumed batch's rewards, lengths, staleness at policy `version` and generation speed
-    (`batch`: a trainer.Batch)."""
+def rollout_metrics(batch: Any, version: int, part: Any = None) -> dict[str, float]:
+    """The consumed batch's rewards, lengths and generation speed, and the staleness at policy `version` of
+    the rows an update consumes (`part`, a minibatch of it; default the whole batch; trainer.Batch)."""
     r = batch.rollout
-    staleness = (version - r.version).float()
+    staleness = (version - (batch if part is None else part).rollout.version).float()
     rewards = batch.rewards.view(-1, len(batch.rewards) // len(batch.problems))
     return {"train/reward_mean": float(batch.rewards.mean()),
             "rollout/len_mean": float(r.response_mask.sum(1).float().mean()),

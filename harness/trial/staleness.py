@@ -2,7 +2,7 @@
 
 Every source is driven by the trainer the same way: `ready(version)` before every optimizer update, then
 `take(s)` for batch s; it samples with the trial's `Batches` (batches.py), telling it which policy to use.
-With k = `updates_per_batch`, batch s is consumed by updates k·s .. k·s+k−1. A source's registry entry
+With k = `train.updates_per_batch` (passes × minibatches), batch s is consumed by updates k·s .. k·s+k−1. A source's registry entry
 says which run configs it serves (`claims`; the last registered that claims a config serves it), whether they train
 on-policy (`on_policy`: every batch sampled by the policy that consumes it, so all estimators give
 grpo's gradient), and builds it (`build`). A new source is one module registering its entry, plus

@@ -244,26 +244,28 @@ class TrainerRun:
 
 def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], progress: bool) -> Outcome:
     cfg = trainer.cfg
-    steps, k = cfg.train.steps, cfg.train.updates_per_batch
+    steps, k, m = cfg.train.steps, cfg.train.updates_per_batch, cfg.train.minibatches
     bar = _progress(steps, trainer.batches_done, progress and trainer.world.is_main)
     for s in range(trainer.batches_done, steps):
         start = time.perf_counter()
         rows = []
         try:
-            for j in range(k):
+            for j in range(k):            # train.passes passes over the batch's train.minibatches minibatches
                 trainer.source.ready(trainer.version)
                 if j == 0:
                     batch = trainer.source.take(s)
                     if trainer.source.records_versions and trainer.world.is_main:
                         log.side(TRACE, s + 1, {"versions": batch.rollout.version.tolist()})
-                    if k > 1:
+                    if k > 1:             # π_prox: the policy that starts consuming the batch, for all its updates
                         batch.logp_proximal = trainer.logp_now(batch.rollout)
-                row = rollout_metrics(batch, trainer.version)
-                row.update(trainer.update(batch))
+                    minibatches = batch.minibatches(m)
+                part = minibatches[j % m]
+                row = rollout_metrics(batch, trainer.version, part)
+                row.update(trainer.update(part))
                 trainer.version += 1
                 rows.append(row)
         except Diverged as exc:
-            log.metrics(s + 1, {"loss/value": float("nan"), **rollout_metrics(batch, trainer.version)})
+            log.metrics(s + 1, {"loss/value": float("nan"), **rollout_metrics(batch, trainer.version, part)})
             return Outcome("diverged", s + 1, error=str(exc), diverged_step=s + 1)
         row = combine_metrics([(1 / k, r) for r in rows])
         if trainer.world.is_main:
