@@ -10,8 +10,8 @@ from .common import (AGGREGATIONS, ADVANTAGE_MODES, BatchContext, LossInputs, Lo
 from .registry import (CORRECTIONS, POLICIES, TRUST_REGIONS, UNSPECIFIED, check_params, compute_loss,
                        describe, estimator_defaults, load_plugins, loss_names,
                        prepare_context, register, uses_batch_statistics, uses_eps)
-from . import (bapo, cispo, decoupled, dppo, geo_mean, gmc_grpo, grpo, gspo, icepop, is_none, m2po, m2po_mask,  # noqa: F401
-               mis, mis_seq, naive, opsm, sapo, tic_grpo, tic_is, tis, tis_seq, topr)
+from . import (bapo, cispo, decoupled, dppo, geo_mean, gmc_grpo, grpo, gspo, icepop, is_none, luspo, m2po,  # noqa: F401
+               m2po_mask, mis, mis_seq, naive, opsm, sapo, tic_grpo, tic_is, tis, tis_seq, topr, vespo)
 
 __all__ = ["AGGREGATIONS", "ADVANTAGE_MODES", "BatchContext", "CORRECTIONS", "LossInputs", "LossOutput", "POLICIES",
            "TRUST_REGIONS", "UNSPECIFIED", "aggregate", "check_params", "compute_loss", "describe", "estimator_defaults",

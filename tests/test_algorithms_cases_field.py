@@ -1,5 +1,6 @@
 """Hand-computed cases for the estimators read from their authors' code: m2po (official), tic_grpo (published
-form) and the field's corrections (cispo, tis/tis_seq, mis/mis_seq, icepop, opsm, dppo, sapo, geo_mean).
+form) and the field's corrections (cispo, tis/tis_seq, mis/mis_seq, icepop, opsm, dppo, sapo, geo_mean, vespo,
+luspo).
 
 As in test_algorithms_cases.py: every expected number is derived in the comments from the formula in the
 estimator's docstring, on tiny float64 inputs; gradients are w.r.t. logp; token-mean over N valid tokens.
@@ -255,3 +256,153 @@ def test_geo_mean_clips_tokens_in_log_space():
     # seq-mean-token-mean is verl's exact loss, the mean over responses: (−e^.05 + e^−.05)/2.
     out, _ = run("geo_mean", inputs([1.0, -1.0], [[0.3, -0.1], [-0.5, 0.1]]), eps=0.2, aggregation="seq-mean-token-mean")
     close(out.loss, (-e(0.05) + e(-0.05)) / 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# vespo (TRL get_gamma_weights): L_i = Σ_t m clamp(λ, ±20) [+ Σ_t m log c], w = exp(clamp(L, log 1e-8, 20)),
+# φ = exp(λ_A + k_A log w − λ_A w) detached, (k, λ) = (2, 3) if A ≥ 0 else (3, 2); ℓ = −φ A logp
+# ----------------------------------------------------------------------------------------------
+
+def trl_phi(log_w_tokens, adv, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0):
+    """TRL's get_gamma_weights for one response, line by line in plain Python (no rollout term):
+    the per-token clamp to ±20, the sum, the clamp to [log 1e-8, 20], then the kernel in log space."""
+    seq = sum(min(max(x, -20.0), 20.0) for x in log_w_tokens)
+    log_w = min(max(seq, ln(1e-8)), 20.0)
+    k, lam = (k_pos, lambda_pos) if adv >= 0 else (k_neg, lambda_neg)
+    lam = max(lam, 1e-4)
+    log_phi = lam + k * log_w - lam * e(log_w)
+    return e(log_phi) if log_phi > -745 else 0.0                  # exp underflows to 0 like torch's
+
+
+def test_vespo_gamma_kernel_by_hand():
+    # row 0: A = +1, λ = [.2, .1] → w = e^.3, φ0 = exp(3 + 2·.3 − 3e^.3)            (= 0.6379: w > 2/3, past the peak)
+    # row 1: A = −.5, λ = [.3, −.6] → w = e^−.3, φ1 = exp(2 + 3·(−.3) − 2e^−.3)     (= 0.6827: below the peak at 3/2)
+    # row 2: A = +2, one valid token λ = .4 (the padded λ = 9 must not count) → φ2 = exp(3 + .8 − 3e^.4)
+    # logp = −1, N = 5 tokens: loss = Σ −φ A logp / 5 = (2φ0 − .5·2φ1 + 2φ2)/5; grad −φ A / 5 per valid token.
+    p0, p1, p2 = e(3 + 0.6 - 3 * e(0.3)), e(2 - 0.9 - 2 * e(-0.3)), e(3 + 0.8 - 3 * e(0.4))
+    inp = inputs([1.0, -0.5, 2.0], [[0.2, 0.1], [0.3, -0.6], [0.4, 9.0]], mask=[[1, 1], [1, 1], [1, 0]])
+    out, grad = run("vespo", inp)
+    close([p0, p1, p2], [trl_phi([0.2, 0.1], 1.0), trl_phi([0.3, -0.6], -0.5), trl_phi([0.4], 2.0)])
+    close(out.loss, (2 * p0 - 0.5 * 2 * p1 + 2 * p2) / 5)
+    close(grad, [[-p0 / 5, -p0 / 5], [0.5 * p1 / 5, 0.5 * p1 / 5], [-2 * p2 / 5, 0.0]])
+    # φ is detached: the gradient is φ-weighted REINFORCE, descent raises logp where A > 0 and lowers it where A < 0.
+    assert (grad[0] < 0).all() and (grad[1] > 0).all() and grad[2, 0] < 0
+    close(out.metrics["vespo/phi_seq_mean"], (p0 + p1 + p2) / 3)
+    # Own hyper-parameters: k_pos = 1, λ_pos = 1 → φ0 = exp(1 + .3 − e^.3); the suite's ε changes nothing.
+    _, grad = run("vespo", inputs([1.0], [[0.2, 0.1]]), k_pos=1.0, lambda_pos=1.0, eps=0.05)
+    close(grad, [[-e(1.3 - e(0.3)) / 2] * 2])
+
+
+def test_vespo_clamps_as_trl_does():
+    # TRL clamps each token's log-ratio to ±20, then the sum to [log 1e-8, 20]. A = −1 → (k, λ) = (3, 2).
+    # row 0: λ = [25, −15] → 20 − 15 = 5 (unclamped it would be 10, φ = 0): φ = exp(2 + 15 − 2e^5) ≈ 3.0e−122.
+    # row 1: λ = [−25, −25] → −40 → log 1e-8: φ = exp(2 + 3 log 1e-8 − 2e-8) = e^2 · 1e−24 · e^(−2e-8).
+    # row 2: λ = [15, 10] → 25 → 20: φ = exp(2 + 60 − 2e^20) = 0 (no NaN). logp = −1, N = 6: grad +φ/6 per token.
+    lam = [[25.0, -15.0], [-25.0, -25.0], [15.0, 10.0]]
+    out, grad = run("vespo", inputs([-1.0, -1.0, -1.0], lam))
+    p0, p1 = e(2 + 15 - 2 * e(5)), e(2 + 3 * ln(1e-8) - 2e-8)
+    torch.testing.assert_close(grad[:2, 0], torch.tensor([p0 / 6, p1 / 6], dtype=F64), rtol=1e-9, atol=0.0)
+    assert p0 > 1e-130 and grad[2].abs().max() == 0.0 and torch.isfinite(grad).all()
+    close([p0, p1, 0.0], [trl_phi(r, -1.0) for r in lam])
+    close(out.metrics["vespo/log_w_mean"], (5 + ln(1e-8) + 20) / 3)
+
+
+def test_vespo_folds_the_rollout_correction_into_the_sequence_weight():
+    # π_θ = π_b (λ = 0) and c = π_b/π_rollout = [e^.5, 5] on one response, A = +1, logp = −1, N = 2.
+    # token_truncate (default, cap 3): log w = .5 + ln 3 → φ = exp(3 + 2 log w − 3w), w = 3e^.5.
+    # token_mask: the 5 > 3 token's c becomes 0 → log clamped to log 1e-8: log w = .5 + log 1e-8 → tiny φ.
+    # None: no rollout term, w = 1, φ = 1. The TRL lines also multiply nothing else (VESPO is excluded from the
+    # separate vLLM IS multiplication): grad = −φ/2 per token.
+    def grad_of(**kw):
+        return run("vespo", inputs([1.0], lam=[[0.0, 0.0]], rollout=[[0.5, ln(5.0)]]), **kw)[1]
+    w_t = 3 * e(0.5)
+    close(grad_of(), [[-e(3 + 2 * ln(w_t) - 3 * w_t) / 2] * 2])
+    log_w_m = 0.5 + ln(1e-8)
+    torch.testing.assert_close(grad_of(rollout_is="token_mask")[0, 0],
+                               torch.tensor(-e(3 + 2 * log_w_m - 3 * e(log_w_m)) / 2, dtype=F64), rtol=1e-9, atol=0.0)
+    close(grad_of(rollout_is=None), [[-0.5, -0.5]])
+    # cap 10: nothing truncated, w = 5e^.5 = π_θ/π_rollout over the response.
+    w_10 = 5 * e(0.5)
+    close(grad_of(cap=10.0), [[-e(3 + 2 * ln(w_10) - 3 * w_10) / 2] * 2])
+    # [ours] only valid tokens count: with bounds that exclude 1 (cap 0.9) TRL's padding (c = 1 → 0.9) would add
+    # log .9 per padded slot; here the one valid token gives log w = ln .9 whatever the padding.
+    _, grad = run("vespo", inputs([1.0], lam=[[0.0, 0.0]], rollout=[[0.5, 0.0]], mask=[[1, 0]]), cap=0.9)
+    close(grad, [[-e(3 + 2 * ln(0.9) - 3 * 0.9), 0.0]])
+    for bad, match in (({"rollout_is": "sequence_mask"}, "rollout_is"), ({"cap": None}, "cap"),
+                       ({"cap": 1.0, "cap_low": 2.0}, "cap_low")):
+        with pytest.raises(ValueError, match=match):
+            compute_loss("vespo", inputs([1.0], [[0.1]]), **bad)
+
+
+def test_vespo_on_policy_is_grpo_and_off_policy_is_not():
+    # On-policy (logp = logp_behavior, no mismatch) w = 1 and φ(1) = exp(λ + 0 − λ) = 1 exactly: the gradient is
+    # −A ∇logp, grpo's (ρ = 1, no clip active). Stale, φ ≠ 1 and the two part.
+    for lam, same in (([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], True), ([[0.3, -0.2, 0.5], [0.1, 0.4, -0.3]], False)):
+        for aggregation in ("token-mean", "seq-mean-token-mean"):
+            _, g_vespo = run("vespo", inputs([0.7, -1.3], lam, logp=[[-1.0, -2.0, -0.5], [-0.3, -1.5, -2.5]]),
+                             aggregation=aggregation)
+            _, g_grpo = run("grpo", inputs([0.7, -1.3], lam, logp=[[-1.0, -2.0, -0.5], [-0.3, -1.5, -2.5]]),
+                            eps=0.2, aggregation=aggregation)
+            assert torch.allclose(g_vespo, g_grpo, rtol=1e-12, atol=1e-12) is same, (lam, aggregation)
+
+
+# ----------------------------------------------------------------------------------------------
+# luspo (TRL, sequence level): s = exp(mean_t λ), ℓ_i = −min(min(s, δ) A, clip(s, 1 − ε, 1 + ε_high) A),
+# TRL's loss (1/B) Σ_i |o_i| ℓ_i = the broadcast ℓ_i under seq-mean-token-sum-norm with K = 1
+# ----------------------------------------------------------------------------------------------
+
+def test_luspo_weights_each_response_by_its_length():
+    # ε = 0.2, ε_high = 0.28. row 0: A = +1, λ = [.4, .2] → s = e^.3 = 1.3499 > 1.28: ℓ0 = −1.28, no gradient.
+    # row 1: A = −1, one token λ = .1 → s = e^.1 inside: ℓ1 = −min(−s, −s) = e^.1.
+    # row 2: A = +.5, λ = [.1, −.1, .3] → s = e^.1 inside: ℓ2 = −.5e^.1.
+    # TRL: (2ℓ0 + 1ℓ1 + 3ℓ2)/3; ∂/∂logp_{i,t} = (1/3)·|o_i|·(−A s/|o_i|) = −A s/3 on each valid unclipped token.
+    lam = [[0.4, 0.2, 0.0], [0.1, 0.0, 0.0], [0.1, -0.1, 0.3]]
+    mask = [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+    l0, l1, l2, s = -1.28, e(0.1), -0.5 * e(0.1), e(0.1)
+    out, grad = run("luspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), eps=0.2, eps_high=0.28,
+                    aggregation="seq-mean-token-sum-norm", max_tokens=1)
+    close(out.loss, (2 * l0 + l1 + 3 * l2) / 3)
+    close(grad, [[0.0, 0.0, 0.0], [s / 3, 0.0, 0.0], [-0.5 * s / 3] * 3])
+    close([out.metrics["luspo/clip_frac"], out.metrics["luspo/seq_ratio_mean"]], [1 / 3, (e(0.3) + 2 * e(0.1)) / 3])
+    # token-mean: the same up to the batch factor B/Σ|o| = 3/6; seq-mean-token-mean: GSPO's mean (ℓ0 + ℓ1 + ℓ2)/3.
+    out, grad = run("luspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), eps=0.2, eps_high=0.28)
+    close(out.loss, (2 * l0 + l1 + 3 * l2) / 6)
+    close(grad, [[0.0, 0.0, 0.0], [s / 6, 0.0, 0.0], [-0.5 * s / 6] * 3])
+    out, _ = run("luspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), eps=0.2, eps_high=0.28,
+                 aggregation="seq-mean-token-mean")
+    close(out.loss, (l0 + l1 + l2) / 3)
+    # eps_high None → ε (TRL): row 0 clipped at 1.2.
+    out, _ = run("luspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), eps=0.2,
+                 aggregation="seq-mean-token-sum-norm", max_tokens=1)
+    close(out.loss, (2 * -1.2 + l1 + 3 * l2) / 3)
+
+
+def test_luspo_delta_caps_negative_advantage_ratios():
+    # A = −1, λ = [.5, .5] → s = e^.5 = 1.6487 > 1 + ε = 1.2. Without δ: ℓ = max(s, 1.2) = s, grad ∂s/∂logp_t = s/2
+    # per token, token-mean N = 2 → per token (2 copies)·(s/2)/2 = s/2. With δ = 1.5 (TRL's INTELLECT-2 cap):
+    # ℓ = max(min(s, 1.5), 1.2) = 1.5, a constant: no gradient. A = +1 is unaffected (min(·, 1.2) binds first).
+    s = e(0.5)
+    out, grad = run("luspo", inputs([-1.0], [[0.5, 0.5]]), eps=0.2)
+    close(out.loss, s)
+    close(grad, [[s / 2, s / 2]])
+    out, grad = run("luspo", inputs([-1.0], [[0.5, 0.5]]), eps=0.2, delta=1.5)
+    close(out.loss, 1.5)
+    close(grad, [[0.0, 0.0]])
+    out, _ = run("luspo", inputs([1.0], [[0.5, 0.5]]), eps=0.2, delta=1.5)
+    close(out.loss, -1.2)
+    # δ below 1 + ε: TRL clips the uncapped s (coef_2 is computed before the cap): ℓ = max(1.1, clip(s)) = 1.2.
+    out, _ = run("luspo", inputs([-1.0], [[0.5, 0.5]]), eps=0.2, delta=1.1)
+    close(out.loss, 1.2)
+
+
+def test_luspo_is_gspo_at_the_same_range():
+    # LUSPO's per-response loss is GSPO's; at eps_low = eps_high = ε they coincide under every aggregation, and
+    # differ at GSPO's own default range (3e-4, 4e-4), which this stale batch exceeds.
+    lam, mask = [[0.4, 0.2, -0.1], [0.1, 0.0, 0.0], [0.05, -0.1, 0.3]], [[1, 1, 1], [1, 0, 0], [1, 1, 1]]
+    for aggregation in ("token-mean", "seq-mean-token-mean"):
+        _, g_luspo = run("luspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), eps=0.2, aggregation=aggregation)
+        _, g_gspo = run("gspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), eps_low=0.2, eps_high=0.2,
+                        aggregation=aggregation)
+        _, g_gspo_default = run("gspo", inputs([1.0, -1.0, 0.5], lam, mask=mask), aggregation=aggregation)
+        torch.testing.assert_close(g_luspo, g_gspo, rtol=1e-12, atol=1e-12)
+        assert (g_luspo - g_gspo_default).abs().max() > 1e-3

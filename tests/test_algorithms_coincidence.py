@@ -24,11 +24,15 @@ def test_one_update_per_batch_uncapped_decoupled_is_is_none():
 def test_the_documented_coincidences_of_the_built_in_estimators():
     specs = {n: (n, 0.2, {}) for n in loss_names()}
     specs.update({"mis cap 5": ("mis", 0.2, {"cap": 5.0}), "mis [0.5, 5]": ("mis", 0.2, {"cap": 5.0, "cap_low": 0.5}),
-                  "tis_seq cap 1.2": ("tis_seq", 0.2, {"cap": 1.2})})
+                  "tis_seq cap 1.2": ("tis_seq", 0.2, {"cap": 1.2}),
+                  "gspo 0.2": ("gspo", 0.2, {"eps_low": 0.2, "eps_high": 0.2})})
     groups = coinciding(specs, Regime(updates_per_batch=1))
-    assert groups == [["decoupled", "mis cap 5"], ["icepop", "mis [0.5, 5]"], ["tic_is", "tis_seq cap 1.2"]]
-    # Engine mismatch: decoupled and mis read π_rollout alike, is_none reads π_b; nothing else coincides.
-    assert coinciding(specs, Regime(engine_mismatch=True)) == [["decoupled", "mis cap 5"], ["icepop", "mis [0.5, 5]"]]
+    assert groups == [["decoupled", "mis cap 5"], ["gspo 0.2", "luspo"], ["icepop", "mis [0.5, 5]"],
+                      ["tic_is", "tis_seq cap 1.2"]]
+    # Engine mismatch: decoupled and mis read π_rollout alike, is_none reads π_b; luspo and gspo read π_b alike
+    # (vespo reads π_rollout too, and coincides with nothing); nothing else coincides.
+    assert coinciding(specs, Regime(engine_mismatch=True)) == [["decoupled", "mis cap 5"], ["gspo 0.2", "luspo"],
+                                                              ["icepop", "mis [0.5, 5]"]]
 
 
 @pytest.mark.parametrize("name", loss_names())

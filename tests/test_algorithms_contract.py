@@ -37,7 +37,8 @@ def agg_kwargs(aggregation: str) -> dict:
 
 
 def test_registry_holds_the_specified_estimators():
-    assert set(NAMES) >= {"grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis"}
+    assert set(NAMES) >= {"grpo", "tic_grpo", "gmc_grpo", "m2po", "bapo", "is_none", "gspo", "topr", "tis",
+                          "vespo", "luspo"}
     assert NAMES == sorted(NAMES)
 
 
