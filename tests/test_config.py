@@ -46,3 +46,12 @@ def test_config_is_frozen():
     cfg = build_run_config({})
     with pytest.raises(Exception):
         cfg.delay = 3  # type: ignore[misc]
+
+
+def test_eval_split_validation_needs_a_task_with_one():
+    from harness.config.run import build_run_config
+    assert build_run_config({"task": {"name": "cumsum-long"}, "eval": {"split": "validation"}}).eval.split == "validation"
+    with pytest.raises(ConfigError, match="eval.split: task 'cumsum' has no validation split"):
+        build_run_config({"task": {"name": "cumsum"}, "eval": {"split": "validation"}})
+    with pytest.raises(ConfigError, match="eval.split"):
+        build_run_config({"task": {"name": "cumsum-long"}, "eval": {"split": "train"}})

@@ -205,7 +205,7 @@ def test_data_dir_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_registry_names_and_protocol() -> None:
-    assert task_names() == ["addrev", "aime24", "amc23", "cumsum", "gsm8k", "math500", "minerva", "olympiadbench"]
+    assert task_names() == ["addrev", "aime24", "amc23", "cumsum", "cumsum-long", "gsm8k", "math500", "minerva", "olympiadbench"]
     for name in task_names():
         task = make_task(name)
         assert isinstance(task, Task) and task.name == name

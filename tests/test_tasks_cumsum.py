@@ -151,3 +151,38 @@ def test_each_frozen_v2_base_matches_the_task_passed_its_probe_and_shares_the_re
     differs = {k for k in first.keys() | mine[0]["recipe"].keys() if first.get(k) != mine[0]["recipe"].get(k)}
     assert differs <= {"name", "warmup_seed"}
     assert len(V2_BASES) >= 2 and len({c["recipe"]["warmup_seed"] for c in candidates if c["accepted"]}) == len(V2_BASES)
+
+
+# cumsum-long (benchmark v3): the same task at 24-96 digits, with a validation split.
+
+def test_cumsum_long_is_in_the_long_trajectory_regime() -> None:
+    task = make_task("cumsum-long")
+    problems = task.problems("eval", None, seed=0)
+    lengths = [len(p.answer) + 1 for p in problems]              # response tokens, <eos> included
+    assert len(problems) == 2500 and task.max_response_tokens == 97 == max(lengths)
+    assert min(lengths) == 25 and 59 < sum(lengths) / len(lengths) < 63   # uniform 24..96 digits: mean 61
+    for p in problems[:200]:
+        digits = p.prompt.rstrip("=").rstrip("_")
+        assert p.prompt == cumsum_prompt(digits, 96) and len(p.prompt) == 97
+        assert p.answer == cumsum_answer(digits) and p.uid == f"cumsum-long-{digits}"
+
+
+def test_cumsum_long_splits_are_disjoint_and_fixed() -> None:
+    task = make_task("cumsum-long", eval_size=300)
+    test, validation = task.problems("eval", None, 0), task.problems("validation", None, 0)
+    train = task.problems("train", 3000, seed=5)
+    prompts = [{p.prompt for p in split} for split in (test, validation, train)]
+    assert (len(test), len(validation)) == (300, 1000) and all(len(s) == n for s, n in zip(prompts, (300, 1000, 3000)))
+    assert not prompts[0] & prompts[1] and not prompts[2] & (prompts[0] | prompts[1])
+    assert task.problems("validation", 10, seed=9) == validation[:10]          # the seed does not pick it
+    assert problems_sha256(task.problems("validation", None, 1)) == problems_sha256(validation)
+    assert problems_sha256(validation) != problems_sha256(test)
+
+
+def test_cumsum_has_no_validation_split_and_keeps_its_train_draws() -> None:
+    task = cumsum_task(eval_size=300)
+    assert task.splits == ("train", "eval")
+    with pytest.raises(ValueError, match="task cumsum has no validation split"):
+        task.problems("validation", None, 0)
+    # v2's train draw skips the eval split only (unchanged by cumsum-long's validation split)
+    assert problems_sha256(task.problems("train", 64, seed=3))[:16] == "488d7ab53ce67484"   # the draw before v3

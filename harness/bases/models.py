@@ -126,11 +126,13 @@ def warm_start_base(recipe: BaseRecipe, out: Path):
         raise BaseModelError(f"build-base: {out} exists; a base version is never overwritten — pick a new --name")
     task = make_task(recipe.task, eval_size=recipe.eval_size)
     tokenizer = char_tokenizer(list(task_entry(recipe.task).vocab))
+    longest = len(task.problems("eval", 1, 0)[0].prompt) + getattr(task, "max_response_tokens", 8)
+    positions = max(64, 1 << (longest - 1).bit_length())      # 64 for v1 and v2's tasks; 256 for cumsum-long
     torch.manual_seed(recipe.warmup_seed)
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers,
                          num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads,
                          head_dim=recipe.hidden_size // recipe.num_heads, intermediate_size=recipe.intermediate_size,
-                         max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
+                         max_position_embeddings=positions, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
                          bos_token_id=1)
     model = Qwen3ForCausalLM(config)
     start = time.time()

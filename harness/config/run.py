@@ -159,15 +159,21 @@ class TrainConfig:
         _choice(f"{key}.advantage", self.advantage, ADVANTAGE_MODES)
 
 
+EVAL_SPLITS = {"test": "eval", "validation": "validation"}     # eval.split -> the task's split
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     every_steps: int = 20                  # held-out evaluation period (also at step 0 and the last step)
     size: int | None = None                # None: the task's eval_size
     pass_k: int = 0                        # also report pass@k with k samples at temperature 1 (0 = off)
+    split: str = "test"                    # test: the task's held-out eval split (what tables report) |
+                                           # validation: its validation split (tuning, design choices)
 
     def validate(self, key: str) -> None:
         _positive(f"{key}.every_steps", self.every_steps)
         _positive(f"{key}.pass_k", self.pass_k, strict=False)
+        _choice(f"{key}.split", self.split, EVAL_SPLITS)
 
 
 @dataclass(frozen=True)
@@ -235,6 +241,12 @@ class RunConfig:
         if self.mismatch is not None and self.model.engine != "hf":
             raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use "
                               "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
+        if self.eval.split == "validation":
+            from harness.tasks import task_from_config
+            if "validation" not in getattr(task_from_config(self.task.name, self.task.eval_size, self.task.data_dir),
+                                           "splits", ()):
+                raise ConfigError(f"eval.split: task {self.task.name!r} has no validation split (cumsum-long has "
+                                  f"one); set eval.split: test")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
         if self.train.workers > 1:

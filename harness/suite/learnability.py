@@ -5,7 +5,8 @@ batch, the benchmark's batch shape — for `probe_steps` steps on each of `probe
 another in this process, with the ordinary trainer (harness/trial/trainer.py, transformers forward). It is frozen
 only if the probe meets the recipe's acceptance rule, fixed before any probe runs:
 
-1. gain: mean over seeds of (final held-out greedy accuracy − the base's) ≥ `probe_min_gain`;
+1. gain: mean over seeds of (final held-out greedy accuracy − the base's) ≥ `probe_min_gain`, on the
+   task's validation split where it has one (`probe_split`), else its test split;
 2. seed SD: the sample standard deviation of the seeds' final accuracies ≤ `probe_max_seed_sd`;
 3. signal: the fraction of prompt groups whose G rewards are all equal (zero advantage, no gradient),
    averaged over the probe's steps and seeds, ≤ `probe_max_zero_adv`.
@@ -60,7 +61,13 @@ def probe_config(model_dir: Path, recipe: Any, seed: int, max_new_tokens: int):
         "task": {"name": recipe.task, "eval_size": recipe.eval_size},
         "train": {"steps": recipe.probe_steps, "prompts_per_step": PROBE_PROMPTS, "lr": recipe.probe_lr,
                   "max_new_tokens": max_new_tokens, "checkpoint_every": 0, "threads": 1},
-        "eval": {"every_steps": recipe.probe_eval_every}})
+        "eval": {"every_steps": recipe.probe_eval_every, "split": probe_split(recipe.task)}})
+
+
+def probe_split(task: str) -> str:
+    """The split the probe scores on: the task's validation split where it has one (cumsum-long), so that
+    accepting a base never reads the test set; else the test split (v1's and v2's bases)."""
+    return "validation" if "validation" in getattr(make_task(task), "splits", ()) else "test"
 
 
 def run_probe(model_dir: Path, recipe: Any, max_new_tokens: int, say=print) -> dict[str, Any]:
@@ -97,7 +104,7 @@ def judge(runs: list[dict[str, Any]], recipe: Any) -> dict[str, Any]:
         reasons.append(f"seed SD {sd:.3f} > {recipe.probe_max_seed_sd}")
     if not zero_adv <= recipe.probe_max_zero_adv:
         reasons.append(f"zero-advantage groups {zero_adv:.3f} > {recipe.probe_max_zero_adv}")
-    rule = {"estimator": PROBE_ESTIMATOR, "delay": 0, "prompts_per_step": PROBE_PROMPTS, "group_size": PROBE_GROUP,
+    rule = {"estimator": PROBE_ESTIMATOR, "split": probe_split(recipe.task), "delay": 0, "prompts_per_step": PROBE_PROMPTS, "group_size": PROBE_GROUP,
             "steps": recipe.probe_steps, "lr": recipe.probe_lr, "seeds": recipe.probe_seeds,
             "min_gain": recipe.probe_min_gain, "max_seed_sd": recipe.probe_max_seed_sd,
             "max_zero_adv": recipe.probe_max_zero_adv}

@@ -33,7 +33,8 @@ class Task(Protocol):
     name: str
 
     def problems(self, split: str, size: int | None, seed: int) -> list[Problem]:
-        """Problems of ``split`` ("train" or "eval"); ``size`` None means the task's default."""
+        """Problems of ``split`` ("train", "eval", or "validation" where the task has one: a ``splits``
+        attribute naming it); ``size`` None means the task's default."""
         ...
 
     def reward(self, completion: str, problem: Problem) -> float:

@@ -24,7 +24,7 @@ from harness.bases.models import check_eval_set, load_model, problems_sha256
 from harness.rollout import EngineSettings, make_engine, response_logits, token_logp
 from harness.rollout.base import Rollout
 from harness.rollout.mismatch import MismatchEngine
-from harness.config.run import RunConfig, to_dict
+from harness.config.run import EVAL_SPLITS, RunConfig, to_dict
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)
@@ -53,9 +53,11 @@ class Trainer:
         tc = cfg.train
         self.train_problems = self.task.problems("train", tc.steps * tc.prompts_per_step if cfg.task.train_size is None
                                                  else cfg.task.train_size, cfg.seed)
-        self.eval_problems = self.task.problems("eval", cfg.eval.size or cfg.task.eval_size, 0)
+        test = cfg.eval.split == "test"
+        self.eval_problems = self.task.problems(EVAL_SPLITS[cfg.eval.split],
+                                                cfg.eval.size or (cfg.task.eval_size if test else None), 0)
         self.eval_set_sha256 = problems_sha256(self.eval_problems)
-        if cfg.model.kind == "tiny":
+        if cfg.model.kind == "tiny" and test:
             check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
         B = tc.prompts_per_step * cfg.group_size
         self.world = world_for(tc.workers)        # this process and its rows of each step (world.py)
