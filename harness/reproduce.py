@@ -101,12 +101,17 @@ def _numerics(trial_dir: Path) -> dict[str, Any]:
     return numbers if isinstance(numbers, dict) else {}
 
 
+MISSING = "<missing in the rerun>"
+
+
 def _first_difference(old: list[dict[str, Any]], new: list[dict[str, Any]], what: str) -> str | None:
+    """The first committed value the rerun does not give again (a metric added to stalebench after the trial
+    was committed is not compared: it has no committed value), or None."""
     for a, b in zip(old, new):
         a = {k: v for k, v in a.items() if not k.startswith("perf/")}
-        b = {k: v for k, v in b.items() if not k.startswith("perf/")}
+        b = {k: b.get(k, MISSING) for k in a}
         if a != b:
-            key = next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), "?")
+            key = next((k for k in sorted(a) if a[k] != b[k]), "?")
             return f"{what} step {a.get('step', b.get('step'))}: {key} {a.get(key)!r} -> {b.get(key)!r}"
     if len(old) != len(new):
         return f"{what}: {len(old)} rows committed, {len(new)} now"

@@ -37,6 +37,14 @@ def test_diagnostics_by_hand():
     assert out["is/group_ess_min"] == pytest.approx(ess0, abs=1e-6)
     assert out["is/group_ess_mean"] == pytest.approx((ess0 + 1) / 2, abs=1e-6)
     assert sum(hist["log_ratio_counts"]) == 7 and len(hist["log_ratio_counts"]) == HIST_BINS + 2
+    # the trajectory regime: Λ = 0.3, −0.4, 0.2, 0.2; |Λ| sorted 0.2, 0.2, 0.3, 0.4: median 0.25, q90 at
+    # position 2.7: 0.3 + 0.7·0.1 = 0.37; ESS (Σr)²/(4 Σr²); group 0's mass e^0.3 + e^−0.4 = 2.02 and group 1's
+    # 2 e^0.2 = 2.44, against the cap G(1 + ε) = 2.4: only group 1 is over it
+    r = [math.exp(0.3), math.exp(-0.4), math.exp(0.2), math.exp(0.2)]
+    assert out["is/traj_abs_log_ratio_q50"] == pytest.approx(0.25) and out["is/traj_abs_log_ratio_max"] == pytest.approx(0.4)
+    assert out["is/traj_abs_log_ratio_q90"] == pytest.approx(0.37)
+    assert out["is/traj_ess_frac"] == pytest.approx(sum(r) ** 2 / (4 * sum(x * x for x in r)))
+    assert out["is/group_over_cap_frac"] == 0.5
 
 
 def test_histogram_bins_and_tails():

@@ -50,11 +50,26 @@ def importance_diagnostics(logp: torch.Tensor, logp_behavior: torch.Tensor, mask
     traj = (lam * m).sum(1).view(-1, len(group_ids) // len(torch.unique(group_ids)))    # (P, G) Λ by group
     ess = torch.exp(2 * torch.logsumexp(traj, 1) - torch.logsumexp(2 * traj, 1)) / traj.shape[1]
     out["is/group_ess_mean"], out["is/group_ess_min"] = float(ess.mean()), float(ess.min())
+    out.update(trajectory_regime(traj.double(), eps))
     edges = torch.linspace(HIST_LOW, HIST_HIGH, HIST_BINS + 1, dtype=values.dtype, device=values.device)
     bins = torch.bucketize(values, edges, right=True)          # 0: below −4; j: [edges[j−1], edges[j]); BINS+1: >= 4
     hist = {"log_ratio_counts": torch.bincount(bins, minlength=HIST_BINS + 2).tolist(),
             "clipped_by_position": clipped.sum(0).tolist(), "tokens_by_position": m.sum(0).tolist()}
     return out, hist
+
+
+def trajectory_regime(traj: torch.Tensor, eps: float) -> dict[str, float]:
+    """How heavy-tailed the trajectory weights r_i = exp(Λ_i) are, from Λ by group (P, G): quantiles of |Λ|,
+    the batch's trajectory ESS (Σr)²/Σr² as a fraction of its responses, and the share of groups whose ratio
+    mass Σ_{i∈g} r_i exceeds G(1 + ε) (the groups a group mass cap at C = G(1 + ε) rescales: gmc_grpo's rule,
+    measured whatever the estimator). Benchmark v3 accepts a design on these (docs/benchmark-v3.md)."""
+    flat = traj.flatten()
+    q50, q90 = torch.quantile(flat.abs(), torch.tensor([0.5, 0.9], dtype=flat.dtype)).tolist()
+    ess = torch.exp(2 * torch.logsumexp(flat, 0) - torch.logsumexp(2 * flat, 0)) / flat.numel()
+    over = torch.logsumexp(traj, 1) > math.log(traj.shape[1] * (1 + eps))
+    return {"is/traj_abs_log_ratio_q50": q50, "is/traj_abs_log_ratio_q90": q90,
+            "is/traj_abs_log_ratio_max": float(flat.abs().max()), "is/traj_ess_frac": float(ess),
+            "is/group_over_cap_frac": float(over.double().mean())}
 
 
 def add_histograms(a: dict[str, list[int]] | None, b: dict[str, list[int]]) -> dict[str, list[int]]:
