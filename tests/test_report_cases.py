@@ -398,3 +398,58 @@ def test_a_row_missing_a_delay_has_no_delay_auc(tmp_path):
     rows = {r.algorithm: r for r in paper.paper_tables(analysis(d))[0].rows}
     assert rows["grpo"].delay_auc == pytest.approx(stats.delay_auc(np.array([0, 8, 32]), np.array([0.9, 0.8, 0.6])))
     assert np.isnan(rows["m2po"].delay_auc) and paper.text_rows(paper.paper_tables(analysis(d))[0])[1][-1] == "\u2014"
+
+
+def _drawn(monkeypatch, figure, a: tables.Analysis, d: Path, tmp_path: Path):
+    """Draw one registered figure and return (its Grid or Figure, its FigureOut), captured before saving."""
+    kept = []
+    real = fig.save
+    monkeypatch.setattr(fig, "save", lambda g, *args, **kw: kept.append(g) or real(g, *args, **kw))
+    out = figure(a, fig.PlotData.build(a, load_results(d).metrics, []), fig.Output(tmp_path))
+    return kept[0], out
+
+
+def test_accuracy_figures_fit_their_axes_mark_base_and_on_policy_and_draw_the_cells_intervals(tmp_path, monkeypatch):
+    """Base model 0.50 (step 0), finals 0.70..0.91 over 2 slices (eps): the accuracy axis is fitted to
+    0.50..0.91 (not 0..1) with both levels drawn; the interval plot's bars are the cells' 95% intervals
+    (hatched for 3 seeds); one learning-curve panel per estimator and slice, each with the grey on-policy
+    curve; the eps heatmap keeps its on-policy row."""
+    from harness.registry import FIGURES
+    d = suite_dir(tmp_path)
+    final = {("grpo", 0): 0.90, ("m2po", 0): 0.905, ("tic_grpo", 0): 0.91,
+             ("grpo", 8): 0.70, ("m2po", 8): 0.80, ("tic_grpo", 8): 0.75}
+    for (algo, delay), acc in final.items():
+        for eps in (0.1, 0.4):
+            for seed in range(3 if algo == "tic_grpo" else 5):
+                trial(d, f"{algo}-{delay}-{eps}-{seed}", algo, delay, seed, [0.5, 0.6, acc + 0.002 * seed], eps=eps)
+    a = analysis(d)
+    g, out = _drawn(monkeypatch, FIGURES.get("accuracy"), a, d, tmp_path)
+    on = 0.904                                # grpo at delay 0: IQM of 0.900..0.908 = mean(0.902, 0.904, 0.906)
+    for ax in g.axes.flat:
+        lo, hi = ax.get_ylim()
+        assert 0.45 < lo < 0.5 and 0.912 < hi < 0.95
+        levels = sorted(line.get_ydata()[0] for line in ax.lines if len(set(line.get_ydata())) == 1)
+        assert levels == pytest.approx([0.5, on]) and ax.get_legend() is None
+    assert g.figure.legends and "on-policy (delay 0): 0.90" in [t.get_text() for t in g.figure.legends[0].texts]
+
+    g, out = _drawn(monkeypatch, FIGURES.get("intervals"), a, d, tmp_path)
+    assert out.file == "final_accuracy_intervals.png" and "IQM" in out.caption and "LOW CONFIDENCE" in out.caption
+    assert list(g.col_names) == [0.0, 8.0]      # delay 0 differs per estimator: a panel of its own
+    cells = a.cells.set_index(["algorithm", "delay", "slice"])
+    ax = g.axes[0, 1]                                  # delay 8, eps 0.1; rows grpo, m2po, tic_grpo
+    for row, (bar, algo) in enumerate(zip(ax.patches, ("grpo", "m2po", "tic_grpo"))):
+        c = cells.loc[(algo, 8, "ε=0.1")]
+        assert bar.get_y() + bar.get_height() / 2 == pytest.approx(row)
+        assert (bar.get_x(), bar.get_x() + bar.get_width()) == pytest.approx((c["ci_low"], c["ci_high"]))
+        assert bar.get_fill() == (not c["low_confidence"]) == (algo != "tic_grpo")
+    points = [float(c.get_segments()[0][0][0]) for c in ax.collections]
+    assert points == pytest.approx([cells.loc[(n, 8, "ε=0.1"), "final"] for n in ("grpo", "m2po", "tic_grpo")])
+
+    g, out = _drawn(monkeypatch, FIGURES.get("learning"), a, d, tmp_path)
+    assert list(g.col_names) == [f"{n} · ε={e}" for e in (0.1, 0.4) for n in ("grpo", "m2po", "tic_grpo")]
+    for ax in g.axes.flat:
+        assert [line.get_color() for line in ax.lines][0] == "0.6"    # the on-policy reference, drawn first
+        assert ax.get_ylim()[0] > 0.45
+
+    g, out = _drawn(monkeypatch, FIGURES.get("eps"), a, d, tmp_path)
+    assert [t.get_text() for t in g.axes.flat[0].get_yticklabels()] == ["0 (on-policy)", "8"]

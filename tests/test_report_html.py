@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ HOSTILE = "<script>alert(1)</script>"
 NAME = "hostile"    # the suite schema refuses a hostile suite name (test_a_hostile_suite_name_is_refused); the
                     # hostile strings reach the page through the notes, a trial's error and the site's bundle
 CHROMIUM = Path("/usr/bin/chromium")
+MIN_FIGURE_PX = 900  # every figure's natural width (issue 35: figures a reader can read)
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 
@@ -97,6 +99,22 @@ def test_files_exist(built):
     assert not (out / "heatmap_delay_eps.png").exists()  # the grid does not vary eps
     assert not (out / "survival.png").exists()  # 2-3 seeds per line: the heatmap says it better
     assert site.is_file() and site.parent == out.parent
+
+
+def png_width(path: Path) -> int:
+    """The pixel width in a PNG's header (IHDR: bytes 16..20 after the 8-byte signature)."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return struct.unpack(">I", head[16:20])[0]
+
+
+def test_every_figure_is_at_least_900_px_wide_at_its_natural_size(built):
+    """Every PNG the report writes (each registered figure and the staleness figure) is readable
+    without zooming: >= 900 px wide as saved."""
+    pngs = sorted(built[0].parent.glob("*.png"))
+    assert {p.name: png_width(p) for p in pngs if png_width(p) < MIN_FIGURE_PX} == {}
+    assert {p.stem for p in pngs} >= {"accuracy_vs_delay", "final_accuracy_intervals", "learning_curves",
+                                      "collapse_heatmap", "staleness"}
 
 
 def test_report_built_in_worker_processes_equals_one_built_in_order(tmp_path, monkeypatch):
@@ -308,6 +326,7 @@ def test_a_lab_report_only_reads(tmp_path):
         assert f"<h2>{title}</h2>" in page
     assert re.search(r'<table class="sortable" id="extra-\d+-\d+">', page)   # tables through the table macro
     assert '<figure><img src="lab_bias_vs_g.png" alt="Monte Carlo bias' in page and (out / "lab_bias_vs_g.png").is_file()
+    assert {p.name: png_width(p) for p in out.glob("*.png") if png_width(p) < MIN_FIGURE_PX} == {}
 
 
 def _browser():
@@ -351,8 +370,11 @@ def test_report_and_site_in_a_real_browser(built):
         try:
             page, problems = _open(browser, index)
             widths = page.eval_on_selector_all(
-                "img", "imgs => imgs.map(i => [i.src, i.complete && i.naturalWidth])")
-            assert widths and all(w > 0 for _, w in widths), widths
+                "img", "imgs => imgs.map(i => [i.src, i.complete && i.naturalWidth, i.width, "
+                "i.parentElement.clientWidth])")
+            assert widths and all(w > 0 for _, w, _, _ in widths), widths
+            # shown at natural size (>= 900 px), shrunk only to the width the page has
+            assert all(w >= MIN_FIGURE_PX and shown == min(w, room) for _, w, shown, room in widths), widths
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
             # every figure is on the page, loaded, with a caption and an SVG link; one screenshot each

@@ -14,11 +14,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-from harness.report.plotting import Style, estimator_style
+from harness.report.plotting import DPI, MIN_WIDTH_IN, Style, estimator_style
 from harness.config.suite import DEFAULT_BASELINE
 from harness.lab.results import LabTrial, bias_ci
 
-DPI = 90
 Styles = dict[str, Style]         # estimator -> colour and marker: the report's table (plotting.estimator_style)
 
 
@@ -32,8 +31,26 @@ def _color(styles: Styles, name: str) -> Any:
 
 
 def _save(fig: Figure, out_dir: Path, name: str) -> str:
-    # Fixed margins: tight_layout measures every tick label (mathtext) and costs seconds per figure.
-    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.17, top=0.88, wspace=0.35)
+    """At least MIN_WIDTH_IN wide (>= 900 px, as every report figure), each panel's legend moved below
+    it, outside the data (the figure grows by the legend's rows); fixed margins in inches: tight_layout
+    measures every tick label (mathtext) and costs seconds per figure."""
+    fig.set_figwidth(max(fig.get_figwidth(), MIN_WIDTH_IN))
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    panel_in = (width * 0.89 - 0.35 * width * 0.89 / len(fig.axes)) / len(fig.axes)  # subplots_adjust below
+    legends = [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+    moved = []
+    for ax, legend in legends:
+        labels = [t.get_text() for t in legend.texts]
+        ncol = max(1, min(len(labels), int(panel_in // (0.065 * max(map(len, labels)) + 0.4))))
+        moved.append((ax, legend.legend_handles, labels, ncol))
+        legend.remove()
+    extra = max((-(-len(labels) // ncol) for *_, labels, ncol in moved), default=0) * 0.15
+    fig.set_figheight(height + extra)
+    total = height + extra
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=(0.5 + extra) / total, top=1 - 0.36 / total, wspace=0.35)
+    for ax, handles, labels, ncol in moved:
+        below = -0.46 / (ax.get_position().height * total)       # 0.46 in under the axes: past the x label
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, below), ncol=ncol, frameon=False, fontsize=7)
     fig.savefig(out_dir / name, dpi=DPI)
     return name
 

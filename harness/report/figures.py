@@ -1,5 +1,5 @@
-"""Report figures: learning curves, accuracy vs delay, collapse-rate heatmap, estimator diagnostics,
-realized staleness (and survival curves when they say something).
+"""Report figures: accuracy vs delay, final-accuracy intervals, learning curves, collapse-rate heatmap,
+estimator diagnostics, realized staleness (and survival curves when they say something).
 
 Each figure is registered in FIGURES (harness/registry.py) in page order, as a function
 ``(a: tables.Analysis, d: PlotData, out: Output) -> FigureOut | None``: it draws from the frames of
@@ -12,6 +12,9 @@ after these. How they look
 (accuracy 0 from the divergence on; ``tables.scored_curve``).
 
 Delay axes are log2 of (1 + delay), labelled with the delays, so delay 0 shows and 0 / 4 do not overlap.
+Accuracy axes are fitted to the data they show (``plotting.fitted``), with the base model's accuracy
+(step-0 evaluation) and the on-policy (delay 0) level drawn as labelled reference lines where the suite
+has them (``levels``).
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
 
 from harness.registry import FIGURES
 from harness.report import collapse as col
 from harness.report import stats
 from harness.report.load import ACC_KEY
-from harness.report.plotting import (PANEL_IN, WRAP, FigureOut, Output, PlotData, autoscaled, estimator_style, facet_grid,  # noqa: F401
-                                     facet_titles, log2_delay_axis, low_note, save, seed_range, shared_legend,
-                                     wrapped_grid)
+from harness.report.plotting import (MARKERS, MIN_WIDTH_IN, PANEL_IN, WRAP, FigureOut, Output, PlotData,  # noqa: F401
+                                     autoscaled, estimator_style, facet_grid, facet_titles, fitted, legend_above,
+                                     level_handles, log2_delay_axis, low_note, mark_levels, save, seed_range,
+                                     shared_legend, wrapped_grid)
 from harness.report.render import show
 from harness.report.tables import Analysis, _sort_key, axis_name
 
@@ -41,14 +46,14 @@ from harness.report.tables import Analysis, _sort_key, axis_name
 def accuracy_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy (IQM, or mean below 5 seeds) vs delay per estimator, band = 95% interval; one
     panel per slice (wrapped); hollow markers = fewer than 5 seeds."""
-    cells = a.cells[(a.cells["seeds"] > 0) & a.cells["delay"].notna()].copy()
+    cells = _cells(a)
     if cells["delay"].nunique() < 2:
         return None
-    cells["algorithm"] = cells["algorithm"].astype(str)
-    cells["delay"] = cells["delay"].astype(float)
+    levels = {s: _levels(g, a.baseline) for s, g in cells.groupby("slice")}
 
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
         ax = plt.gca()
+        mark_levels(ax, levels[data["slice"].iat[0]])
         for algo, g in data.sort_values("delay").groupby("algorithm"):
             st = d.styles[algo]
             x = 1 + g["delay"].to_numpy()
@@ -60,56 +65,164 @@ def accuracy_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | None
             ax.fill_between(x, g["ci_low"], g["ci_high"], color=st.colour, alpha=0.15, lw=0)
         log2_delay_axis(ax, d.delays)
 
-    g = facet_grid(cells, d, facet_delay=False, ylim=(0, 1), sharex=True)
+    data, on = cells[["final", "ci_low", "ci_high"]], [lv["on_policy"] for lv in levels.values()]
+    ylim, wide = fitted(data, on), fitted(data, on, [lv["base"] for lv in levels.values()])
+    ylim = wide if wide[1] - wide[0] <= 2 * (ylim[1] - ylim[0]) else ylim  # a far base level: marked at the edge
+    g = facet_grid(cells, d, facet_delay=False, height=3.4, ylim=ylim, sharex=True)
     g.map_dataframe(draw)
     facet_titles(g, facet_delay=False)
     g.set_axis_labels("delay (log2 scale)", "final accuracy")
-    png, svg = save(g, out, "accuracy_vs_delay", shared_legend(g, d))
+    extra = level_handles(list(levels.values()))
+    png, svg = save(g, out, "accuracy_vs_delay", shared_legend(g, d, extra=extra), right=0.6)
     return FigureOut(png, "Accuracy vs delay",
                      f"Final held-out accuracy vs configured delay on a log2(1 + delay) axis, one panel per "
                      f"slice, one line per estimator: IQM over seeds with a 95% bootstrap band, or with "
                      f"fewer than {stats.MIN_CONFIDENT_SEEDS} seeds the mean with a Student-t band and a "
-                     f"hollow marker ({seed_range(cells['seeds'])} per point)."
-                     f"{low_note(cells['seeds'])}", svg)
+                     f"hollow marker ({seed_range(cells['seeds'])} per point). y axis fitted to the data; "
+                     f"{_levels_note(a.baseline)}{low_note(cells['seeds'])}", svg)
+
+
+def _cells(a: Analysis) -> pd.DataFrame:
+    """The cells with finished seeds and a numeric delay (algorithm as text, delay as float)."""
+    cells = a.cells[(a.cells["seeds"] > 0) & a.cells["delay"].notna()].copy()
+    cells["algorithm"] = cells["algorithm"].astype(str)
+    cells["delay"] = pd.to_numeric(cells["delay"], errors="coerce")
+    return cells.dropna(subset=["delay"])
+
+
+def _levels(cells: pd.DataFrame, baseline: str) -> dict[str, float | None]:
+    """One slice's reference levels: ``base``, the mean step-0 accuracy of its cells (None without a
+    step-0 evaluation); ``on_policy``, the baseline's delay-0 value (else the mean over the estimators'
+    delay-0 values; None without delay 0)."""
+    base = cells["start_acc"].mean()
+    zero = cells[cells["delay"] == 0]
+    own = zero[zero["algorithm"] == baseline]
+    on = (own if len(own) else zero)["final"].mean()
+    return {"base": None if pd.isna(base) else float(base), "on_policy": None if pd.isna(on) else float(on)}
+
+
+def _levels_note(baseline: str) -> str:
+    return (f"dotted line = the base model's accuracy (step-0 evaluation, mean over cells), dashed line = the "
+            f"on-policy level ({baseline} at delay 0), where the suite has them, values at the right (an arrow "
+            f"at the edge: a base level far below the data).")
+
+
+_SHARED = "; delay 0, where every estimator has the same value (shared on-policy trials), is that line, not a panel"
+
+
+@FIGURES.register("intervals")
+def final_intervals(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
+    """Final accuracy per estimator (rows) as interval estimates, one panel per delay (x slice), drawn
+    as rliable's ``plot_utils.plot_interval_estimates`` draws them (google-research/rliable at 3ccd9f4):
+    a bar over the 95% interval, a black tick at the point. The numbers are the cells' (``stats.estimate``:
+    IQM + percentile bootstrap from 5 seeds, the mean + Student-t below, hatched; one seed: tick alone)."""
+    cells = _cells(a)
+    if cells.empty:
+        return None
+    levels = {s: _levels(g, a.baseline) for s, g in cells.groupby("slice")}
+    delays = [x for x in d.delays if x in set(cells["delay"])]
+    zero = cells[cells["delay"] == 0]
+    shared = len(delays) > 1 and delays[0] == 0 and zero.groupby("slice")["final"].nunique().max() == 1
+    if shared:  # shared on-policy trials (stands_for): the panel would repeat one bar
+        delays = delays[1:]
+    rows = [n for n in d.hue_order if n in set(cells["algorithm"])]
+    h = 0.6  # rliable's interval_height
+
+    def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
+        ax = plt.gca()
+        ax.set_xlim(xlim[data["delay"].iat[0]])
+        mark_levels(ax, {"on_policy": levels[data["slice"].iat[0]]["on_policy"]}, vertical=True)
+        for r in data.itertuples():
+            i, colour = rows.index(r.algorithm), d.styles[r.algorithm].colour
+            if np.isfinite(r.ci_low):
+                ax.barh(i, r.ci_high - r.ci_low, height=h, left=r.ci_low, color=colour, alpha=0.75,
+                        **({"fill": False, "edgecolor": colour, "hatch": "////"} if r.low_confidence else {}))
+            ax.vlines(r.final, i - 7.5 * h / 16, i + 6 * h / 16, color="k", alpha=0.5)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+        ax.grid(True, axis="x", alpha=0.25)
+        ax.spines[["left", "top", "right"]].set_visible(False)
+        ax.tick_params(axis="y", length=0)
+
+    shown = cells[cells["delay"].isin(delays)]
+    on = [lv["on_policy"] for lv in levels.values()]
+    xlim = {x: fitted(g[["final", "ci_low", "ci_high"]], on) for x, g in shown.groupby("delay")}
+    g = facet_grid(shown, d, facet_delay=True, delays=delays, height=0.3 * len(rows) + 0.5, sharey=True,
+                   sharex="col" if len(d.slices) > 1 else False)  # wrapped panels share all or nothing
+    g.map_dataframe(draw)
+    facet_titles(g, facet_delay=True)
+    g.set_axis_labels("final accuracy", "")
+    left = 0.3 + 0.075 * max(len(r) for r in rows)
+    handles = level_handles([{"on_policy": lv["on_policy"]} for lv in levels.values()])
+    png, svg = save(g, out, "final_accuracy_intervals", legend_above(g.figure, handles), left=left)
+    return FigureOut(png, "Final accuracy intervals",
+                     f"Final held-out accuracy per estimator, one panel per delay"
+                     f"{' and slice' if len(d.slices) > 1 else ''}, drawn as rliable's interval plots: "
+                     f"the bar spans the 95% interval, the black tick is the point estimate: the IQM over seeds "
+                     f"with a percentile bootstrap interval, or with fewer than {stats.MIN_CONFIDENT_SEEDS} "
+                     f"seeds the mean with a Student-t interval (hatched bar; one seed: the tick alone) "
+                     f"({seed_range(shown['seeds'])} per bar). Each delay's x axis is fitted to its "
+                     f"intervals. Dashed line = the on-policy level "
+                     f"({a.baseline} at delay 0){_SHARED if shared else ''}."
+                     f"{low_note(shown['seeds'])}", svg)
 
 
 @FIGURES.register("learning")
 def learning_curves(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
-    """Held-out accuracy vs step: mean over seeds, band min..max over seeds; panels delay x slice."""
+    """Held-out accuracy vs step: one panel per estimator (x slice), one line per delay (mean over
+    seeds, band min..max), the on-policy (delay 0) curve in grey in every panel as the reference."""
     if d.done.empty or d.evals.empty:
         return None
     ev = d.evals.merge(d.done[["trial_id", "algorithm", "delay", "slice"]], on="trial_id")
     agg = (ev.groupby(["slice", "delay", "algorithm", "step"])[ACC_KEY].agg(["mean", "min", "max"])
            .reset_index())
+    several = len(d.slices) > 1
+    agg["panel"] = agg["algorithm"] + (" · " + agg["slice"] if several else "")
+    present = set(agg["panel"])
+    panels = [p for s in d.slices for n in d.hue_order if (p := f"{n} · {s}" if several else n) in present]
+    styles = _delay_styles(d.delays)
 
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
         ax = plt.gca()
-        for algo, g in data.groupby("algorithm"):
-            st = d.styles[algo]
-            ax.plot(g["step"], g["mean"], color=st.colour, lw=1.3, marker=st.marker, ms=3, markevery=0.2)
-            ax.fill_between(g["step"], g["min"], g["max"], color=st.colour, alpha=0.15, lw=0)
+        for delay, g in data.groupby("delay"):
+            st = styles[delay]
+            ax.plot(g["step"], g["mean"], **st, ms=3.5, markevery=0.2, zorder=2 if delay else 1)
+            ax.fill_between(g["step"], g["min"], g["max"], color=st["color"], alpha=0.12, lw=0)
 
-    g = facet_grid(agg, d, facet_delay=True, ylim=(0, 1), xlim=autoscaled(agg["step"]))
+    g = wrapped_grid(agg, "panel", panels, WRAP, ylim=fitted(agg[["min", "max"]]), xlim=autoscaled(agg["step"]))
     g.map_dataframe(draw)
-    facet_titles(g, facet_delay=True)
+    g.set_titles(col_template="{col_name}")
     g.set_axis_labels("step", "held-out accuracy")
-    png, svg = save(g, out, "learning_curves", shared_legend(g, d), right=1.0 if len(d.slices) > 1 else 0.35)
+    handles = [Line2D([], [], **st, ms=5, label=f"delay={show(x)}" + (" (on-policy)" if x == 0 else ""))
+               for x, st in styles.items()]
+    png, svg = save(g, out, "learning_curves", legend_above(g.figure, handles))
     seeds = d.done.groupby(["slice", "delay", "algorithm"]).size()
     return FigureOut(png, "Learning curves",
-                     f"Held-out accuracy (eval/acc) vs step, one panel per delay (columns) and slice "
-                     f"(rows), one line per estimator: mean over seeds, shaded band = min..max over seeds "
-                     f"({seed_range(seeds)} per line; diverged seeds count as accuracy 0 from their "
-                     f"divergence on).{low_note(seeds)}", svg)
+                     f"Held-out accuracy (eval/acc) vs step, one panel per estimator"
+                     f"{' and slice' if several else ''}, one line per delay (darker = larger delay), the "
+                     f"on-policy (delay 0) curve in grey where the suite has it: mean over seeds, shaded band "
+                     f"= min..max over seeds ({seed_range(seeds)} per line; diverged seeds count as accuracy "
+                     f"0 from their divergence on). y axis fitted to the data; step 0 is the base model."
+                     f"{low_note(seeds)}", svg)
+
+
+def _delay_styles(delays: list[float]) -> dict[float, dict[str, Any]]:
+    """A line style per delay: delay 0 (on-policy) grey and thick, the others from light to dark red
+    with their own marker."""
+    stale = [x for x in delays if x != 0]
+    colours = sns.color_palette("rocket_r", len(stale) + 2)[1:-1]           # without the palest and darkest
+    out = {0.0: {"color": "0.6", "lw": 2.4, "marker": ""}} if 0 in delays else {}
+    return {**out, **{x: {"color": c, "lw": 1.4, "marker": MARKERS[i % len(MARKERS)]}
+                      for i, (x, c) in enumerate(zip(stale, colours))}}
 
 
 @FIGURES.register("collapse")
 def collapse_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Collapse rate per estimator (rows) x delay (columns), annotated K/N; one panel per slice."""
-    cells = a.cells[(a.cells["seeds"] > 0) & a.cells["delay"].notna()].copy()
+    cells = _cells(a)
     if cells.empty:
         return None
-    cells["algorithm"] = cells["algorithm"].astype(str)
-    cells["delay"] = cells["delay"].astype(float)
     rows = [n for n in d.hue_order if n in set(cells["algorithm"])]
 
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
@@ -120,7 +233,7 @@ def collapse_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
         text = [[f"{a:.0f}/{b:.0f}" if b == b else "" for a, b in zip(ra, rb)] for ra, rb in zip(k, n)]
         _heat(plt.gca(), rate, text, [show(x) for x in d.delays], rows, "rocket_r")
 
-    height = max(PANEL_IN[1], 0.28 * len(rows) + 0.8)
+    height = max(PANEL_IN[1], 0.3 * len(rows) + 0.8)
     g = wrapped_grid(cells, "slice", d.slices, WRAP, height=height, sharex=False, sharey=False)
     g.map_dataframe(draw)
     g.set_titles(col_template="{col_name}")
@@ -134,19 +247,21 @@ def collapse_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
 
 
 def _heat(ax: plt.Axes, values: np.ndarray, text: list[list[str]], xlabels: list[str], ylabels: list[str],
-          cmap: str) -> None:
-    """An annotated heatmap of ``values`` (rows, cols) on a fixed 0..1 colour scale; NaN cells blank.
-    Drawn with ``imshow`` rather than ``sns.heatmap``, which redraws the whole figure per panel to
-    check tick-label overlap (quadratic in the number of panels)."""
+          cmap: str, vlim: tuple[float, float] = (0, 1)) -> None:
+    """An annotated heatmap of ``values`` (rows, cols) on the colour scale ``vlim``; NaN cells blank;
+    row labels on the grid's first column only. Drawn with ``imshow`` rather than ``sns.heatmap``, which
+    redraws the whole figure per panel to check tick-label overlap (quadratic in the number of panels)."""
     cm = matplotlib.colormaps[cmap] if cmap in matplotlib.colormaps else sns.color_palette(cmap, as_cmap=True)
-    ax.imshow(np.ma.masked_invalid(values), cmap=cm, vmin=0, vmax=1, aspect="auto", interpolation="none")
+    ax.imshow(np.ma.masked_invalid(values), cmap=cm, vmin=vlim[0], vmax=vlim[1], aspect="auto",
+              interpolation="none")
+    scaled = (values - vlim[0]) / ((vlim[1] - vlim[0]) or 1)
     for i, row in enumerate(text):
         for j, t in enumerate(row):
             if t:
-                light = values[i, j] > 0.55 if cmap.endswith("_r") else values[i, j] < 0.55
-                ax.text(j, i, t, ha="center", va="center", fontsize=7, color="white" if light else "black")
+                light = scaled[i, j] > 0.55 if cmap.endswith("_r") else scaled[i, j] < 0.55
+                ax.text(j, i, t, ha="center", va="center", fontsize=8, color="white" if light else "black")
     ax.set_xticks(range(len(xlabels)), xlabels, fontsize=8)
-    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=8)
+    ax.set_yticks(range(len(ylabels)), ylabels if ax.get_subplotspec().is_first_col() else [], fontsize=8)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -223,34 +338,45 @@ def diagnostics_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | N
 
 
 def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
-    """Final accuracy (IQM over seeds) over delay x ``axis``, one panel per estimator, pooled over other
-    keys; axis values in numeric order."""
+    """Final accuracy (the cell value of ``stats.estimate``: IQM over seeds, the mean below 5) over delay x
+    ``axis``, one panel per estimator, pooled over other keys; axis values in numeric order; the on-policy
+    row set apart."""
     if axis not in d.other or len(d.delays) < 2:
         return None
     pooled = [k for k in d.other if k != axis]
     values = sorted(d.done[axis].dropna().unique(), key=_sort_key)
     grouped = d.done.groupby(["algorithm", "delay", axis])["final_acc"]
-    table = grouped.agg(lambda x: stats.iqm(x.dropna().to_numpy())).rename("iqm").reset_index()
+    table = grouped.agg(lambda x: stats.estimate(x.to_numpy()).point).rename("iqm").reset_index()
+
+    vlim = fitted(table["iqm"], margin=0)
+    rows = [f"{show(x)} (on-policy)" if x == 0 else show(x) for x in d.delays]
 
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
         grid = data.pivot_table(index="delay", columns=axis, values="iqm").reindex(index=d.delays,
                                                                                   columns=values)
         v = grid.to_numpy(float)
-        _heat(plt.gca(), v, [[f"{x:.2f}" if x == x else "" for x in row] for row in v],
-              [show(x) for x in values], [show(x) for x in d.delays], "viridis")
+        ax = plt.gca()
+        _heat(ax, v, [[f"{x:.2f}" if x == x else "" for x in row] for row in v], [show(x) for x in values],
+              rows, "viridis", vlim)
+        if d.delays[0] == 0:
+            ax.axhline(0.5, color="white", lw=3)  # the on-policy row apart from the stale ones
 
     names = [n for n in d.hue_order if n in set(table["algorithm"])]
-    g = wrapped_grid(table, "algorithm", names, WRAP, sharex=False, sharey=False)
+    g = wrapped_grid(table, "algorithm", names, WRAP, height=max(PANEL_IN[1], 0.45 * len(d.delays) + 0.6),
+                     sharex=False, sharey=False)
     g.map_dataframe(draw)
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels(axis_name(axis), "delay")
-    png, svg = save(g, out, f"heatmap_delay_{axis}")
+    png, svg = save(g, out, f"heatmap_delay_{axis}", left=0.3 + 0.07 * max(len(r) for r in rows))
     counts = grouped.size()
     note = f", pooled over {', '.join(axis_name(k) for k in pooled)}" if pooled else ""
     return FigureOut(png, f"Heatmap: delay x {axis_name(axis)}",
-                     f"IQM final held-out accuracy across seeds (colour 0..1) for each delay (rows) and "
-                     f"{axis_name(axis)} (columns), one panel per estimator{note} "
-                     f"({seed_range(counts)} per cell).", svg)
+                     f"Final held-out accuracy across seeds (IQM; the mean below {stats.MIN_CONFIDENT_SEEDS} "
+                     f"seeds) for each delay (rows; the on-policy delay-0 "
+                     f"row first, set apart, where the suite has it) and {axis_name(axis)} (columns), one panel "
+                     f"per estimator{note} ({seed_range(counts)} per cell). Colour scale fitted to the values "
+                     f"({vlim[0]:.2f}..{vlim[1]:.2f}), the same in every panel; each cell's value is written in it.",
+                     svg)
 
 
 @FIGURES.register("eps")
@@ -323,7 +449,7 @@ def staleness(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
         return None
     curves = m.groupby(["delay", "step"])["stale/mean"].mean()
     n = m.groupby("delay")["trial_id"].nunique()
-    fig, ax = plt.subplots(figsize=(PANEL_IN[0] * 2, PANEL_IN[1] + 0.5))
+    fig, ax = plt.subplots(figsize=(MIN_WIDTH_IN, PANEL_IN[1] + 1.0))
     palette = sns.color_palette("rocket", len(n))
     for colour, (delay, g) in zip(palette, curves.groupby(level=0)):
         ax.plot(g.index.get_level_values("step"), g.to_numpy(), color=colour, lw=1.3,
@@ -332,7 +458,7 @@ def staleness(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     ax.set_xlabel("step")
     ax.set_ylabel("stale/mean (steps)")
     ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.subplots_adjust(left=0.12, right=0.7, bottom=0.18, top=0.95)
+    fig.subplots_adjust(left=0.08, right=0.8, bottom=0.16, top=0.95)
     png, svg = save(fig, out, "staleness")
     return FigureOut(png, "Realized staleness",
                      "Realized staleness stale/mean vs step, averaged over all trials (any status) of each "

@@ -22,7 +22,7 @@ import pandas as pd
 
 from harness.store import trialdir
 from harness.report.load import IMPORTANCE_KEYS, Importance, sum_lists
-from harness.report.plotting import FigureOut, Output, estimator_style, save
+from harness.report.plotting import MIN_WIDTH_IN, FigureOut, Output, estimator_style, save
 from harness.report.tables import FINISHED, _sort_key
 
 TITLES = {"is/log_ratio_q99": "log ρ, 99% quantile", "is/log_ratio_q01": "log ρ, 1% quantile",
@@ -77,8 +77,8 @@ def importance_figures(cell_trials: pd.DataFrame, importance: Mapping[str, Impor
 
 
 def _grid(n_rows: int, n_cols: int, sharey: str | bool = False) -> tuple[plt.Figure, np.ndarray]:
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(PANEL * n_cols + 0.8, PANEL * n_rows + 0.9), squeeze=False,
-                             sharey=sharey)
+    width = max(PANEL * n_cols + 0.8, MIN_WIDTH_IN)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width, PANEL * n_rows + 0.9), squeeze=False, sharey=sharey)
     return fig, axes
 
 

@@ -5,9 +5,11 @@ SVG on request).
 The figures themselves are in ``figures.py``; this module decides how they look, not what they show.
 Facets are seaborn ``FacetGrid``s (``Grid``): wrapped when there is one facet variable, facet values in
 numeric order (G=4 before G=16), one shared legend naming every estimator in the suite (drawn above the
-panels; the figure grows to include it). Each estimator has its own colour *and* marker
-(``estimator_style``), so up to ~15 stay distinct: the one estimator-style table of every figure, the
-estimator lab's included (harness/lab/plots.py).
+panels, outside the data; the figure grows to include it). Every figure is at least ``MIN_WIDTH_IN`` wide
+at ``DPI`` (>= 900 px at its natural size): a grid of few panels widens its panels. Each estimator has
+its own colour *and* marker (``estimator_style``), so up to ~15 stay distinct: the one estimator-style
+table of every figure, the estimator lab's included (harness/lab/plots.py). Accuracy axes are fitted to
+their data (``fitted``), with the base-model and on-policy levels as reference lines (``mark_levels``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from harness.report.render import show
 from harness.report.tables import FINISHED, Analysis, _sort_key
 
 PANEL_IN = (3.2, 2.4)  # inches per panel (width, height)
-DPI = 90
+DPI = 100
+MIN_WIDTH_IN = 9.2  # every figure at least this wide: >= 900 px at its natural size (panels widen to fit)
 WRAP = 4  # panels per row when one facet variable is wrapped
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8")
 EXTRA_COLOURS = ("#000000", "#6a3d9a", "#1b5e20", "#800000", "#00838f")  # after seaborn's 10 colorblind
@@ -147,22 +150,41 @@ class Grid(sns.FacetGrid):
         return self
 
 
-def facet_grid(data: pd.DataFrame, d: PlotData, facet_delay: bool, **kw) -> Grid:
-    """A Grid: delay columns x slice rows (``facet_delay``), else slices wrapped; numeric order."""
-    size = {"height": PANEL_IN[1], "aspect": PANEL_IN[0] / PANEL_IN[1]}
+def _size(n_cols: int, height: float, width: float = PANEL_IN[0]) -> dict[str, float]:
+    """FacetGrid's height and aspect for panels ``width`` x ``height`` inches, widened so that ``n_cols``
+    of them make a figure at least MIN_WIDTH_IN wide."""
+    return {"height": height, "aspect": max(width, MIN_WIDTH_IN / max(n_cols, 1)) / height}
+
+
+def facet_grid(data: pd.DataFrame, d: PlotData, facet_delay: bool, height: float = PANEL_IN[1],
+               delays: list[float] | None = None, **kw) -> Grid:
+    """A Grid: delay columns x slice rows (``facet_delay``; ``delays``, default all), else slices
+    wrapped; numeric order."""
+    delays = d.delays if delays is None else delays
     if facet_delay and len(d.slices) > 1:
-        return Grid(data, col="delay", row="slice", col_order=d.delays, row_order=d.slices,
-                    margin_titles=True, **size, **kw)
+        return Grid(data, col="delay", row="slice", col_order=delays, row_order=d.slices,
+                    margin_titles=True, **_size(len(delays), height), **kw)
     if facet_delay:
-        return Grid(data, col="delay", col_order=d.delays, col_wrap=min(WRAP, len(d.delays)), **size, **kw)
-    return Grid(data, col="slice", col_order=d.slices, col_wrap=min(WRAP, len(d.slices)), **size, **kw)
+        return wrapped_grid(data, "delay", delays, WRAP, height, **kw)
+    return wrapped_grid(data, "slice", d.slices, WRAP, height, **kw)
 
 
 def wrapped_grid(data: pd.DataFrame, col: str, order: list, wrap: int, height: float = PANEL_IN[1],
              width: float = PANEL_IN[0], **kw) -> Grid:
     """A Grid with one facet variable ``col`` wrapped after ``wrap`` panels, in ``order``."""
-    return Grid(data, col=col, col_order=order, col_wrap=min(wrap, len(order)), height=height,
-                aspect=width / height, **kw)
+    n_cols = min(wrap, len(order))
+    return Grid(data, col=col, col_order=order, col_wrap=n_cols, **_size(n_cols, height, width), **kw)
+
+
+def fitted(*values: object, margin: float = 0.06) -> tuple[float, float]:
+    """Axis limits fitted to the finite ``values`` (arrays, series or numbers) with ``margin`` of their
+    span on each side (at least 0.01); (0, 1) when there is none."""
+    x = np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in values]) if values else np.array([])
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return 0.0, 1.0
+    pad = max(margin * float(x.max() - x.min()), 0.01)
+    return float(x.min()) - pad, float(x.max()) + pad
 
 
 def autoscaled(values: pd.Series) -> tuple[float, float] | None:
@@ -185,15 +207,56 @@ def facet_titles(g: sns.FacetGrid, facet_delay: bool) -> None:
         g.set_titles(col_template="{col_name}")
 
 
-def shared_legend(g: Grid, d: PlotData, names: list[str] | None = None) -> int:
-    """One legend above the panels naming every estimator (colour and marker); returns its rows."""
+def shared_legend(g: Grid, d: PlotData, names: list[str] | None = None, extra: list[Line2D] = ()) -> int:
+    """One legend above the panels naming every estimator (colour and marker), then ``extra`` handles
+    (reference lines); returns its rows."""
     names = names or d.hue_order
     handles = [Line2D([], [], color=d.styles[n].colour, marker=d.styles[n].marker, lw=1.4, ms=5, label=n)
                for n in names]
-    ncol = max(1, min(len(handles), int(g.figure.get_figwidth() // 1.3), 8))
-    g.figure.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=ncol,
-                    frameon=False, fontsize=8)
+    return legend_above(g.figure, [*handles, *extra])
+
+
+def legend_above(fig: plt.Figure, handles: list) -> int:
+    """``handles`` as one legend above the panels (``save`` leaves room for its rows); returns its rows."""
+    ncol = max(1, min(len(handles), int(fig.get_figwidth() // 1.3), 8))
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
+               fontsize=8)
     return -(-len(handles) // ncol)
+
+
+LEVEL_STYLE = {"base": {"color": "0.45", "ls": ":", "lw": 1.2},
+               "on_policy": {"color": "0.45", "ls": "--", "lw": 1.0}}
+LEVEL_LABEL = {"base": "base model (step-0 eval)", "on_policy": "on-policy (delay 0)"}
+
+
+def level_handles(levels: list[dict[str, float | None]]) -> list[Line2D]:
+    """Legend handles for the reference levels ``mark_levels`` draws (one dict per panel; those present),
+    each with its value when every panel has the same."""
+    handles = []
+    for key in LEVEL_STYLE:
+        values = {round(v, 2) for lv in levels if (v := lv.get(key)) is not None}
+        if values:
+            value = f": {values.pop():.2f}" if len(values) == 1 else ""
+            handles.append(Line2D([], [], **LEVEL_STYLE[key], label=LEVEL_LABEL[key] + value))
+    return handles
+
+
+def mark_levels(ax: plt.Axes, levels: dict[str, float | None], vertical: bool = False) -> None:
+    """The base model's and the on-policy accuracy as reference lines (styles LEVEL_STYLE) on axes whose
+    limits are set. A horizontal level's value is written just right of the axes, with an arrow at the
+    edge when it lies beyond the limits; a vertical one is drawn within the limits only (its value is in
+    the legend, ``level_handles``)."""
+    lo, hi = ax.get_xlim() if vertical else ax.get_ylim()
+    for key, style in LEVEL_STYLE.items():
+        v = levels.get(key)
+        if v is None:
+            continue
+        if lo <= v <= hi:
+            (ax.axvline if vertical else ax.axhline)(v, zorder=1, **style)
+        if not vertical:
+            text = f"{v:.2f}" if lo <= v <= hi else f"↓ {v:.2f}" if v < lo else f"{v:.2f} ↑"
+            ax.annotate(text, xy=(1, min(max(v, lo), hi)), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                        textcoords="offset points", ha="left", va="center", fontsize=7, color="0.35")
 
 
 def save(g: Grid | plt.Figure, out: Output, stem: str, legend_rows: int = 0, left: float = 0.7,
@@ -202,6 +265,7 @@ def save(g: Grid | plt.Figure, out: Output, stem: str, legend_rows: int = 0, lef
     then one file per format of ``out``; closes the figure. Returns (the file the page shows, the SVG
     file to link from its caption or "")."""
     fig = g.figure if isinstance(g, Grid) else g
+    fig.set_figwidth(max(fig.get_figwidth(), MIN_WIDTH_IN))
     if isinstance(g, Grid):
         width, height = fig.get_figwidth(), fig.get_figheight()
         top = 0.35 + 0.22 * legend_rows
