@@ -100,6 +100,7 @@ class BaseRecipe:
     probe_min_gain: float = 0.30           # mean final − start held-out greedy accuracy
     probe_max_seed_sd: float = 0.03        # sample SD of the seeds' final accuracies
     probe_max_zero_adv: float = 0.30       # mean fraction of groups with G equal rewards
+    probe_forward: str = "hf"              # the probe trainer's model.forward (lean3 for v3's long responses)
 
 
 def build_base(recipe: BaseRecipe, out: Path) -> dict:

@@ -2,8 +2,8 @@
 
 A candidate base (a warm start, harness/bases/models.py) is trained with on-policy grpo — delay 0, one update per
 batch, the benchmark's batch shape — for `probe_steps` steps on each of `probe_seeds` seeds, one after
-another in this process, with the ordinary trainer (harness/trial/trainer.py, transformers forward). It is frozen
-only if the probe meets the recipe's acceptance rule, fixed before any probe runs:
+another in this process, with the ordinary trainer (harness/trial/trainer.py; model.forward: the recipe's
+`probe_forward`, transformers by default). It is frozen only if the probe meets the recipe's acceptance rule, fixed before any probe runs:
 
 1. gain: mean over seeds of (final held-out greedy accuracy − the base's) ≥ `probe_min_gain`, on the
    task's validation split where it has one (`probe_split`), else its test split;
@@ -57,7 +57,7 @@ def probe_config(model_dir: Path, recipe: Any, seed: int, max_new_tokens: int):
     """The RunConfig of one probe run of the candidate at `model_dir` (`recipe`: a models.BaseRecipe)."""
     return build_run_config({
         "algorithm": PROBE_ESTIMATOR, "delay": 0, "seed": seed, "group_size": PROBE_GROUP,
-        "model": {"kind": "path", "path": str(model_dir)},
+        "model": {"kind": "path", "path": str(model_dir), "forward": recipe.probe_forward},
         "task": {"name": recipe.task, "eval_size": recipe.eval_size},
         "train": {"steps": recipe.probe_steps, "prompts_per_step": PROBE_PROMPTS, "lr": recipe.probe_lr,
                   "max_new_tokens": max_new_tokens, "checkpoint_every": 0, "threads": 1},
