@@ -1,14 +1,14 @@
 """A suite's raw trial record as one compressed archive (raw.tar.gz), and back.
 
-``pack_suite(suite_dir, out_path)`` writes suite.yaml and every trial directory's raw files (trialdir.RAW:
-config, params, provenance, metrics, eval, status, and the side rows trace and is_hist where present; never
-checkpoints, kept policies or logs) as a gzip'd tar, deterministically (sorted members, zero times and
+``pack_suite(suite_dir, out_path)`` writes suite.yaml (and an estimator-lab suite's lab/sweeps.json) and every
+trial directory's raw files (trialdir.RAW: config, params, provenance, metrics, eval, status, and the side rows
+trace and is_hist where present; never checkpoints, kept policies or logs) as a gzip'd tar, deterministically (sorted members, zero times and
 owners), so re-packing the same results gives the same bytes and anyone can re-render or audit a committed
 report from it (`stalebench report RAW.tar.gz`). A tuned suite's tuning trials (results/<suite>/tune/) pack the
 same way, beside it (tune.raw.tar.gz), so the choice of its step sizes can be audited too.
 
 ``open_archive(path)`` extracts one into a new temporary suite results directory and returns it. An
-archive is untrusted input: every member must be a regular file named ``suite.yaml`` or
+archive is untrusted input: every member must be a regular file named ``suite.yaml``, ``lab/sweeps.json`` or
 ``<trial_id>/<record file>`` (no absolute path, no ``..``, no link, device or other special member), at
 most ``MAX_MEMBER_BYTES`` each, ``MAX_TOTAL_BYTES`` and ``MAX_MEMBERS`` in all; anything else is refused
 with a one-line ``ArchiveError`` before a byte is written, and nothing is executed. Before ``tarfile`` sees
@@ -31,6 +31,8 @@ from pathlib import Path, PurePosixPath
 from harness.store import trialdir, untrusted
 from harness.store.untrusted_archive import check_tar_gz
 SUITE_FILE = trialdir.SUITE_FILE
+SUITE_FILES = (SUITE_FILE, "lab/sweeps.json")   # suite-level files an archive carries (the lab's stored sweeps:
+                                                # its report sections render from them)
 ARCHIVE_NAME = "raw.tar.gz"
 TUNE_ARCHIVE_NAME = "tune.raw.tar.gz"   # the tuning trials of `stalebench tune` (results/<suite>/tune/)
 MAX_MEMBER_BYTES = 512 * 2**20   # one metrics.jsonl of a long run stays far below this
@@ -60,11 +62,13 @@ def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None)
     suite_dir, out_path = Path(suite_dir), Path(out_path)
     if not (suite_dir / SUITE_FILE).is_file():
         raise ArchiveError(f"{suite_dir} is not a suite results dir (no {SUITE_FILE}); pass results/<suite>")
-    files = [(SUITE_FILE, suite_dir / SUITE_FILE)]
-    for d in _trial_dirs(Path(trials_from) if trials_from is not None else suite_dir):
-        files += [(f"{d.name}/{name}", d / name) for name in trialdir.RAW
-                  if (d / name).is_file() and not (d / name).is_symlink()]
-    if len(files) == 1:
+    trials = [(f"{d.name}/{name}", d / name) for d in _trial_dirs(Path(trials_from) if trials_from is not None
+                                                                     else suite_dir)
+              for name in trialdir.RAW if (d / name).is_file() and not (d / name).is_symlink()]
+    suite_files = [SUITE_FILE] if trials_from is not None else [
+        name for name in SUITE_FILES if (suite_dir / name).is_file() and not (suite_dir / name).is_symlink()]
+    files = [(name, suite_dir / name) for name in suite_files] + trials
+    if not trials:
         raise ArchiveError(f"{suite_dir} holds no trial directories; run the suite before packing it")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
@@ -72,7 +76,7 @@ def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None)
         with open(tmp, "wb") as raw, \
                 gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name in sorted({n.split("/")[0] for n, _ in files[1:]}):
+            for name in sorted({n.split("/")[0] for n, _ in files if "/" in n}):
                 tar.addfile(_info(name, tarfile.DIRTYPE, 0))
             for name, path in files:
                 data = path.read_bytes()
@@ -109,7 +113,7 @@ def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
     if member.issym() or member.islnk():
         raise ArchiveError(f"{where}: member {name[:120]!r} is a link; a raw archive holds plain files only")
     if member.isdir():
-        if len(path.parts) != 1 or not _trial_name(path.parts[0]):
+        if len(path.parts) != 1 or not (_trial_name(path.parts[0]) or any(f.startswith(f"{name}/") for f in SUITE_FILES)):
             raise ArchiveError(f"{where}: unexpected directory {name[:120]!r}; a raw archive holds "
                                f"{SUITE_FILE} and <trial_id>/ directories only")
         return None
@@ -118,11 +122,11 @@ def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
     if member.size > MAX_MEMBER_BYTES:
         raise ArchiveError(f"{where}: member {name[:120]!r} is {member.size} bytes, over the "
                            f"{MAX_MEMBER_BYTES}-byte limit of one file; refusing the archive")
-    ok = (path.parts == (SUITE_FILE,) or (len(path.parts) == 2 and _trial_name(path.parts[0])
-                                           and path.parts[1] in trialdir.RAW))
+    ok = (path.as_posix() in SUITE_FILES or (len(path.parts) == 2 and _trial_name(path.parts[0])
+                                              and path.parts[1] in trialdir.RAW))
     if not ok:
-        raise ArchiveError(f"{where}: unexpected member {name[:120]!r}; a raw archive holds {SUITE_FILE} and "
-                           f"<trial_id>/{{{', '.join(trialdir.RAW)}}} only")
+        raise ArchiveError(f"{where}: unexpected member {name[:120]!r}; a raw archive holds {', '.join(SUITE_FILES)} "
+                           f"and <trial_id>/{{{', '.join(trialdir.RAW)}}} only")
     return path
 
 
