@@ -63,21 +63,23 @@ def test_pack_and_open_round_trip_without_checkpoints(tmp_path):
         shutil.rmtree(opened)
 
 
-def test_an_estimator_lab_suites_sweeps_ride_along(tmp_path):
-    """lab/sweeps.json (the lab's stored fixed-policy sweeps, which its report sections render from) is packed
-    with the trials, so a lab report re-renders from its archive alone; a tuning archive does not carry it."""
+def test_the_suite_level_files_ride_along(tmp_path):
+    """coincidences.json and lab/sweeps.json (the lab's stored fixed-policy sweeps), which the report renders
+    from, are packed with the trials, so a report re-renders from its archive alone; a tuning archive has neither."""
     suite = reference(tmp_path / "results")
     (suite / "lab").mkdir()
     (suite / "lab" / "sweeps.json").write_text('{"sweeps": []}')
+    (suite / "coincidences.json").write_text('{"regimes": []}')
     opened = open_archive(pack_suite(suite, tmp_path / "raw.tar.gz"))
     try:
         assert (opened / "lab" / "sweeps.json").read_text() == '{"sweeps": []}'
+        assert (opened / "coincidences.json").read_text() == '{"regimes": []}'
     finally:
         shutil.rmtree(opened)
     (suite / trialdir.TUNE_DIR).mkdir()
     shutil.copytree(suite / "grpo-d0-e0.2-g8-s0", suite / trialdir.TUNE_DIR / "tune-grpo-lr1e-04")
     with tarfile.open(archive.pack_tuning(suite, tmp_path / "tune.tar.gz")) as tar:
-        assert not any(n.startswith("lab") for n in tar.getnames())
+        assert not any(n.startswith(("lab", "coincidences")) for n in tar.getnames())
 
 
 def test_a_tuned_suites_tuning_trials_pack_beside_its_trials(tmp_path):

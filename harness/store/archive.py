@@ -1,14 +1,14 @@
 """A suite's raw trial record as one compressed archive (raw.tar.gz), and back.
 
-``pack_suite(suite_dir, out_path)`` writes suite.yaml (and an estimator-lab suite's lab/sweeps.json) and every
-trial directory's raw files (trialdir.RAW: config, params, provenance, metrics, eval, status, and the side rows
+``pack_suite(suite_dir, out_path)`` writes suite.yaml (and coincidences.json, lab/sweeps.json: SUITE_FILES) and
+every trial directory's raw files (trialdir.RAW: config, params, provenance, metrics, eval, status, and the side rows
 trace and is_hist where present; never checkpoints, kept policies or logs) as a gzip'd tar, deterministically (sorted members, zero times and
 owners), so re-packing the same results gives the same bytes and anyone can re-render or audit a committed
 report from it (`stalebench report RAW.tar.gz`). A tuned suite's tuning trials (results/<suite>/tune/) pack the
 same way, beside it (tune.raw.tar.gz), so the choice of its step sizes can be audited too.
 
 ``open_archive(path)`` extracts one into a new temporary suite results directory and returns it. An
-archive is untrusted input: every member must be a regular file named ``suite.yaml``, ``lab/sweeps.json`` or
+archive is untrusted input: every member must be a regular file named in ``SUITE_FILES`` or
 ``<trial_id>/<record file>`` (no absolute path, no ``..``, no link, device or other special member), at
 most ``MAX_MEMBER_BYTES`` each, ``MAX_TOTAL_BYTES`` and ``MAX_MEMBERS`` in all; anything else is refused
 with a one-line ``ArchiveError`` before a byte is written, and nothing is executed. Before ``tarfile`` sees
@@ -31,8 +31,9 @@ from pathlib import Path, PurePosixPath
 from harness.store import trialdir, untrusted
 from harness.store.untrusted_archive import check_tar_gz
 SUITE_FILE = trialdir.SUITE_FILE
-SUITE_FILES = (SUITE_FILE, "lab/sweeps.json")   # suite-level files an archive carries (the lab's stored sweeps:
-                                                # its report sections render from them)
+SUITE_FILES = (SUITE_FILE, "coincidences.json", "lab/sweeps.json")   # the suite-level files an archive carries:
+# the suite, the estimators whose gradients coincide in its regime (harness/suite/coincidences.py), an estimator-lab
+# suite's stored sweeps (harness/lab/sweep_file.py); the report renders from all three
 ARCHIVE_NAME = "raw.tar.gz"
 TUNE_ARCHIVE_NAME = "tune.raw.tar.gz"   # the tuning trials of `stalebench tune` (results/<suite>/tune/)
 MAX_MEMBER_BYTES = 512 * 2**20   # one metrics.jsonl of a long run stays far below this
