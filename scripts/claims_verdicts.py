@@ -15,6 +15,11 @@ clipping; harness/lab/families.py), never by name. Committed before any trial of
     seeds; gap = c·G^p by weighted nonlinear least squares (harness.lab.results.fit_power on the gaps),
     Wald 95% CI. Rescaler: supported if the CI lies below 0 and reaches −0.4; not supported if it lies above
     −0.4; inconclusive otherwise, and whenever a gap's mean is ≤ 0 (the power law is then undefined).
+(f) the v2 analogue, read from committed reports' results.json (`--tables`): at each table's largest delay, the
+    group rescaler against every other stable estimator (collapsed on no seed), by the report's own pair tests
+    (exact permutation, Holm within the table). Supported if it is resolved above every one in every table that
+    holds both; not supported if one is resolved above it in some table; inconclusive otherwise. (Added after
+    the grids' rules, before any of their trials finished; the tables were published before the rule: docs/claims.md.)
 """
 from __future__ import annotations
 
@@ -25,9 +30,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from algorithms.registry import get_estimator, loss_names
 from harness.lab.families import CLIPPING, RESCALING, kind_of
 from harness.lab.results import fit_power
 from harness.report.load import SuiteResults, load_results
+from harness.store.trialdir import read_object
 
 RATE = -0.4                      # claim (d): G^(−2/5)
 N_BOOT = 10_000
@@ -102,11 +109,45 @@ def gap_verdict(G: list[int], on_policy: list[np.ndarray], stale: list[np.ndarra
     return {"verdict": verdict, "gap": gap.tolist(), "gap_se": se.tolist(), "p": p, "lo": lo, "hi": hi}
 
 
+def best_verdict(tables: Mapping[str, Mapping[str, Any]], rescalers: set[str]) -> dict[str, Any]:
+    """Claim (f)'s analogue. tables: name -> a report's results.json; rescalers: the group rescalers' names."""
+    rows = []
+    for table, data in tables.items():
+        delay = data["largest_delay"]
+        stable = {r["algorithm"] for r in data["leaderboard"] if r["delay"] == delay and not r["n_collapsed"]
+                  and not r["slice"]}
+        for t in data["pair_tests"]:
+            pair = {t["a"], t["b"]}
+            if t["delay"] != delay or t["slice"] or len(pair & rescalers) != 1 or not pair <= stable:
+                continue
+            (rescaler,), (other,) = pair & rescalers, pair - rescalers
+            diff = t["mean_diff"] if t["a"] == rescaler else -t["mean_diff"]        # rescaler − other
+            rows.append({"table": table, "delay": delay, "rescaler": rescaler, "other": other, "diff": diff,
+                         "p_holm": t["p_holm"], "resolved": bool(t["resolved"])})
+    if any(r["resolved"] and r["diff"] < 0 for r in rows):
+        verdict = "not supported"
+    elif rows and all(r["resolved"] and r["diff"] > 0 for r in rows):
+        verdict = "supported"
+    else:
+        verdict = "inconclusive at this power"
+    return {"verdict": verdict, "pairs": rows}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eps", type=Path, help="results/claims-eps")
     ap.add_argument("--g", type=Path, nargs="*", default=[], help="results/claims-gG, one per G")
+    ap.add_argument("--tables", type=Path, nargs="*", default=[], help="committed reports (reports/reference-v2 ...)")
     args = ap.parse_args(argv)
+    if args.tables:
+        tables = {p.name: read_object(p / "results.json")[0] or {} for p in args.tables}
+        names = {r["algorithm"] for data in tables.values() for r in data.get("leaderboard", [])}
+        rescalers = {n for n in names if n in loss_names() and kind_of(get_estimator(n).family) == RESCALING}
+        out = best_verdict(tables, rescalers)
+        print("(f)", out["verdict"])
+        for r in out["pairs"]:
+            print(f"    {r['table']} delay {r['delay']:g}: {r['rescaler']} - {r['other']} = {r['diff']:+.4f}, "
+                  f"p_Holm {r['p_holm']:.3g}{' (resolved)' if r['resolved'] else ''}")
     if args.eps:
         res = load_results(args.eps)
         acc, kind = final_accuracies(res), kinds(res)

@@ -49,3 +49,28 @@ def test_gap_fit_reads_the_rate():
     assert cv.gap_verdict(G, on, flat)["verdict"] == "not supported"
     negative = [0.93 - d + JITTER for d in (0.1, 0.05, 0.0, -0.01)]  # a gap ≤ 0: no power law
     assert cv.gap_verdict(G, on, negative)["verdict"] == "inconclusive at this power"
+
+
+def _table(pairs, collapsed=()):
+    """A report's results.json with the pair tests `pairs` (a, b, mean_diff a − b, resolved) at delay 32."""
+    names = {n for a, b, *_ in pairs for n in (a, b)}
+    return {"largest_delay": 32.0,
+            "leaderboard": [{"algorithm": n, "delay": 32, "slice": "", "n_collapsed": int(n in collapsed)} for n in names],
+            "pair_tests": [{"slice": "", "delay": 32.0, "a": a, "b": b, "mean_diff": d, "p_holm": 0.01 if r else 0.2,
+                            "resolved": r} for a, b, d, r in pairs]}
+
+
+def test_best_reads_the_rescaler_against_every_stable_estimator_in_every_table():
+    # supported: resolved above both others (the sign is read from which side of the pair the rescaler is on)
+    t1 = _table([("r", "x", 0.05, True), ("y", "r", -0.03, True), ("x", "y", 0.01, False)])
+    assert cv.best_verdict({"t1": t1}, {"r"})["verdict"] == "supported"
+    # one unresolved pair: inconclusive; an estimator that collapsed on some seed does not count
+    t2 = _table([("r", "x", 0.05, True), ("r", "y", 0.01, False)])
+    assert cv.best_verdict({"t1": t1, "t2": t2}, {"r"})["verdict"] == "inconclusive at this power"
+    assert cv.best_verdict({"t2": _table([("r", "x", 0.05, True), ("r", "y", -0.2, True)], collapsed=("y",))},
+                           {"r"})["verdict"] == "supported"
+    # a stable estimator resolved above it in some table: not supported
+    t3 = _table([("z", "r", 0.04, True)])
+    out = cv.best_verdict({"t1": t1, "t3": t3}, {"r"})
+    assert out["verdict"] == "not supported" and {"table": "t3", "delay": 32.0, "rescaler": "r", "other": "z",
+                                                  "diff": -0.04, "p_holm": 0.01, "resolved": True} in out["pairs"]
