@@ -346,13 +346,13 @@ def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
     pooled = [k for k in d.other if k != axis]
     values = sorted(d.done[axis].dropna().unique(), key=_sort_key)
     grouped = d.done.groupby(["algorithm", "delay", axis])["final_acc"]
-    table = grouped.agg(lambda x: stats.estimate(x.to_numpy()).point).rename("iqm").reset_index()
+    table = grouped.agg(lambda x: stats.estimate(x.to_numpy()).point).rename("value").reset_index()
 
-    vlim = fitted(table["iqm"], margin=0)
+    vlim = fitted(table["value"], margin=0)
     rows = [f"{show(x)} (on-policy)" if x == 0 else show(x) for x in d.delays]
 
     def draw(data: pd.DataFrame, color: object = None, label: str = "") -> None:
-        grid = data.pivot_table(index="delay", columns=axis, values="iqm").reindex(index=d.delays,
+        grid = data.pivot_table(index="delay", columns=axis, values="value").reindex(index=d.delays,
                                                                                   columns=values)
         v = grid.to_numpy(float)
         ax = plt.gca()
