@@ -453,3 +453,27 @@ def test_accuracy_figures_fit_their_axes_mark_base_and_on_policy_and_draw_the_ce
 
     g, out = _drawn(monkeypatch, FIGURES.get("eps"), a, d, tmp_path)
     assert [t.get_text() for t in g.axes.flat[0].get_yticklabels()] == ["0 (on-policy)", "8"]
+
+
+def test_the_trajectory_regime_of_the_baseline_reads_the_second_half_of_each_trial(tmp_path):
+    """The regime section: grpo (the baseline) only, per delay; per trial the mean of steps > last/2, then the
+    mean over trials with their range. Trials logged before the regime metrics existed get no section."""
+    from harness.report.sections import regime_sections
+
+    d = suite_dir(tmp_path)
+    keys = ("policy/kl_behavior", "is/traj_abs_log_ratio_q50", "is/traj_abs_log_ratio_q90",
+            "is/traj_abs_log_ratio_max", "is/traj_ess_frac", "is/group_over_cap_frac")
+    for tid, algorithm, delay, seed, late in (("g0", "grpo", 8, 0, 2.0), ("g1", "grpo", 8, 1, 3.0),
+                                              ("m0", "m2po", 8, 0, 9.0), ("z0", "grpo", 0, 0, 0.5)):
+        rows = [{"step": s, "loss/value": 0.1, "stale/mean": float(delay),
+                 **{k: (late if s > 2 else 100.0) for k in keys}} for s in range(1, 5)]   # steps 3, 4 count
+        write_trial(d, {"trial_id": tid, "algorithm": algorithm, "delay": delay, "seed": seed}, rows,
+                    [{"step": 0, "eval/acc": 0.5, "eval/n": 500}, {"step": 4, "eval/acc": 0.6, "eval/n": 500}],
+                    {"status": "completed", "step": 4, "error": None, "diverged_step": None})
+    (section,) = regime_sections(load_results(d), tmp_path / "out")
+    table = section.blocks[1]["table"]
+    assert [r["delay"] for r in table["rows"]] == ["0", "8"] and [r["trials"] for r in table["rows"]] == ["1", "2"]
+    assert table["rows"][1]["median |Λ|"] == "2.5 (2..3)" and table["rows"][0]["groups over G(1+ε)"] == "0.5"
+    old = suite_dir(tmp_path, "old")
+    trial(old, "g0", "grpo", 8, 0, [0.5, 0.6])
+    assert regime_sections(load_results(old), tmp_path / "out") == []

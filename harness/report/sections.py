@@ -1,7 +1,7 @@
 """Extra report sections: a registry of sources, each adding sections to a suite's report.
 
-Built in: the kept policies' benchmark table (below); the estimator lab registers its sections from
-harness/lab/report.py. A section source is a function `(SuiteResults, out_dir) -> [Section]`.
+Built in: the trajectory regime of the suite's baseline and the kept policies' benchmark table (below); the
+estimator lab registers its sections from harness/lab/report.py. A section source is a function `(SuiteResults, out_dir) -> [Section]`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.registry import SECTIONS
-from harness.report.load import SuiteResults
+from harness.report.load import REGIME_KEYS, SuiteResults
 from harness.report.render import show
 from harness.store import trialdir
 
@@ -35,6 +35,42 @@ class SectionSource(Protocol):
 def report_sections(res: SuiteResults, out_dir: Path) -> list[Section]:
     """Every registered source's sections, in registration order (after the report's own)."""
     return [section for _, source in SECTIONS for section in source(res, out_dir)]
+
+
+@SECTIONS.register("regime")
+def regime_sections(res: SuiteResults, out_dir: Path) -> list[Section]:
+    """How heavy-tailed staleness makes the trajectory weights, on the suite's baseline estimator (the common
+    baseline, never the ranking) at each delay: per trial the mean over the second half of its steps of the
+    regime metrics (harness/trial/metrics.py trajectory_regime), then the mean over its seeds (min..max)."""
+    m = res.metrics
+    if m.empty or any(k not in m.columns for k in REGIME_KEYS):
+        return []
+    baseline = res.settings.baseline
+    trials = res.trials[(res.trials["algorithm"].astype(str) == baseline) & res.trials["delay"].notna()]
+    m = m[m["trial_id"].isin(set(trials["trial_id"])) & m[REGIME_KEYS[1]].notna()]
+    if m.empty:
+        return []
+    late = m[m["step"] > m.groupby("trial_id")["step"].transform("max") / 2]
+    per_trial = late.groupby("trial_id")[list(REGIME_KEYS)].mean().join(trials.set_index("trial_id")["delay"])
+    columns = ["delay", "trials", *(_REGIME_NAMES[k] for k in REGIME_KEYS)]
+    rows = []
+    for delay, g in per_trial.groupby("delay"):
+        rows.append(dict(zip(columns, [show(delay), str(len(g)), *(
+            f"{g[k].mean():.3g}" + (f" ({g[k].min():.3g}..{g[k].max():.3g})" if len(g) > 1 else "")
+            for k in REGIME_KEYS)])))
+    text = (f"The trajectory regime of {baseline} (the report's baseline) at each delay: per trial the mean over "
+            f"the second half of its updates, then the mean over its trials (min..max). Λ_i is a response's "
+            f"summed log-ratio to the behaviour policy, r_i = exp(Λ_i); 'over G(1+ε)' is the share of prompt "
+            f"groups whose ratio mass exceeds G(1+ε), the groups a group mass cap at that level rescales. "
+            f"Benchmark v3 accepts a design when, at its largest delay, the median |Λ| is at least 1.5 nats and "
+            f"at least 40% of groups are over G(1+ε) (docs/benchmark-v3.md); benchmark v2 at delay 32: about 0.5 "
+            f"nats and 17%.")
+    return [Section("Trajectory regime", [{"text": text}, {"table": {"columns": columns, "rows": rows}}])]
+
+
+_REGIME_NAMES = {"policy/kl_behavior": "per-token KL to π_b", "is/traj_abs_log_ratio_q50": "median |Λ|",
+                 "is/traj_abs_log_ratio_q90": "q90 |Λ|", "is/traj_abs_log_ratio_max": "max |Λ|",
+                 "is/traj_ess_frac": "trajectory ESS / B", "is/group_over_cap_frac": "groups over G(1+ε)"}
 
 
 @SECTIONS.register("benchmarks")
