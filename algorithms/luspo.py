@@ -4,8 +4,8 @@ Reference: LUSPO (arXiv 2602.05261); code: TRL trl/trainer/grpo_trainer.py `_com
 `loss_type="luspo"` and `importance_sampling_level="sequence"` (the paper's setting; TRL warns otherwise),
 commit f2cd57710ae345ea6428ae95363267fcf38a3dc8 (the same lines in release v1.9.0,
 35def3ee000a87f6839e66f4b7749b06274ed1b3, and in the PyPI wheel trl 1.16.0, grpo_trainer.py L3112-3121 and
-L3175-3182, where the aggregation reads `(per_token_loss * mask).sum(-1).mean()`: the same value). Policies read: π_θ (`logp`) and π_b (`logp_behavior`, TRL's
-`old_per_token_logps`, as for `gspo` and `sapo`).
+L3175-3182, where the aggregation reads `(per_token_loss * mask).sum(-1).mean()`: the same value).
+Policies read: π_θ (`logp`) and π_b (`logp_behavior`, TRL's `old_per_token_logps`, as for `gspo` and `sapo`).
 
     s_i = exp(Σ_t m λ / max(|o_i|, 1))  (with grad),   λ = logp − logp_behavior
     ℓ_i = −min(min(s_i, δ) A_i, clip(s_i, 1 − ε, 1 + ε_high) A_i)      (δ: TRL's optional `delta`; None: no cap)

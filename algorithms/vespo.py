@@ -4,8 +4,8 @@ Reference: VESPO (arXiv 2602.10693); code: TRL trl/trainer/grpo_trainer.py `GRPO
 the `loss_type == "vespo"` branches of `_compute_loss`, defaults from trl/trainer/grpo_config.py (`vespo_*`,
 `vllm_importance_sampling_*`), commit f2cd57710ae345ea6428ae95363267fcf38a3dc8 (the same lines in release
 v1.9.0, 35def3ee000a87f6839e66f4b7749b06274ed1b3, and in the PyPI wheel trl 1.16.0: grpo_trainer.py L2972-3018,
-L3125-3137, L3146, L3168-3174; grpo_config.py's `vespo_*` defaults 2.0, 3.0, 3.0, 2.0). Policies read: π_θ (`logp`), π_b (`logp_behavior`, TRL's
-`old_per_token_logps`: computed once when the batch is generated, with the trainer's weights of that moment;
+L3125-3137, L3146, L3168-3174; grpo_config.py's `vespo_*` defaults 2.0, 3.0, 3.0, 2.0).
+Policies read: π_θ (`logp`), π_b (`logp_behavior`, TRL's `old_per_token_logps`: computed once when the batch is generated, with the trainer's weights of that moment;
 as for `sapo` and `gspo`) and π_rollout (`logp_rollout`, TRL's vLLM `sampling_per_token_logps`).
 
     L_i  = Σ_t m clamp(logp − logp_behavior, ±20) + Σ_t m clamp(log c_{i,t}, log 1e-8, 20)

@@ -3,7 +3,8 @@
 A candidate base (a warm start, harness/bases/models.py) is trained with on-policy grpo — delay 0, one update per
 batch, the benchmark's batch shape — for `probe_steps` steps on each of `probe_seeds` seeds, one after
 another in this process, with the ordinary trainer (harness/trial/trainer.py; model.forward: the recipe's
-`probe_forward`, transformers by default). It is frozen only if the probe meets the recipe's acceptance rule, fixed before any probe runs:
+`probe_forward`, transformers by default). It is frozen only if the probe meets the recipe's acceptance rule,
+fixed before any probe runs:
 
 1. gain: mean over seeds of (final held-out greedy accuracy − the base's) ≥ `probe_min_gain`, on the
    task's validation split where it has one (`probe_split`), else its test split;
@@ -104,7 +105,8 @@ def judge(runs: list[dict[str, Any]], recipe: Any) -> dict[str, Any]:
         reasons.append(f"seed SD {sd:.3f} > {recipe.probe_max_seed_sd}")
     if not zero_adv <= recipe.probe_max_zero_adv:
         reasons.append(f"zero-advantage groups {zero_adv:.3f} > {recipe.probe_max_zero_adv}")
-    rule = {"estimator": PROBE_ESTIMATOR, "split": probe_split(recipe.task), "delay": 0, "prompts_per_step": PROBE_PROMPTS, "group_size": PROBE_GROUP,
+    rule = {"estimator": PROBE_ESTIMATOR, "split": probe_split(recipe.task), "delay": 0,
+            "prompts_per_step": PROBE_PROMPTS, "group_size": PROBE_GROUP,
             "steps": recipe.probe_steps, "lr": recipe.probe_lr, "seeds": recipe.probe_seeds,
             "min_gain": recipe.probe_min_gain, "max_seed_sd": recipe.probe_max_seed_sd,
             "max_zero_adv": recipe.probe_max_zero_adv}
