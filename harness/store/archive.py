@@ -3,9 +3,8 @@
 ``pack_suite(suite_dir, out_path)`` writes suite.yaml (and coincidences.json, lab/sweeps.json: SUITE_FILES) and
 every trial directory's raw files (trialdir.RAW: config, params, provenance, metrics, eval, status, and the
 side rows trace and is_hist where present; never checkpoints, kept policies or logs) as a gzip'd tar,
-deterministically (sorted members, zero times and
-owners), so re-packing the same results gives the same bytes and anyone can re-render or audit a committed
-report from it (`stalebench report RAW.tar.gz`). A tuned suite's tuning trials (results/<suite>/tune/) pack the
+deterministically (sorted members, zero times and owners), so re-packing the same results gives the same
+bytes and anyone can re-render or audit a committed report from it (`stalebench report RAW.tar.gz`). A tuned suite's tuning trials (results/<suite>/tune/) pack the
 same way, beside it (tune.raw.tar.gz), so the choice of its step sizes can be audited too.
 
 ``open_archive(path)`` extracts one into a new temporary suite results directory and returns it. An
