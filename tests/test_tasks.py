@@ -174,6 +174,21 @@ def test_gsm8k_train_split_and_others_eval_only() -> None:
 
 
 @needs_data
+def test_gsm8k_validation_split_is_held_out_of_train_and_never_the_test_file() -> None:
+    full = make_task("gsm8k").problems("train", None, seed=0)
+    task = make_task("gsm8k", validation_size=500)
+    train, validation, test = (task.problems(s, None, seed=3) for s in ("train", "validation", "eval"))
+    assert task.splits == ("eval", "train", "validation") and make_task("gsm8k").splits == ("eval", "train")
+    assert train == full[:6973] and validation == full[6973:] and len(test) == 1319        # file order, fixed
+    assert validation[0].uid == "gsm8k-train-6973" and task.problems("validation", 2, 0) == validation[:2]
+    assert not {p.prompt for p in validation} & {p.prompt for p in train}
+    with pytest.raises(ValueError, match="benchmark math500 has no train file to hold out a validation split from"):
+        make_task("math500", validation_size=10)
+    with pytest.raises(ValueError, match="validation_size 7473 leaves no train problem of 7473"):
+        make_task("gsm8k", validation_size=7473).problems("validation", None, 0)
+
+
+@needs_data
 def test_benchmark_reward_uses_the_verifier() -> None:
     task = make_task("gsm8k")
     problem = task.problems("eval", 1, seed=0)[0]  # gold 18
@@ -225,8 +240,9 @@ def test_the_task_registry_refuses_duplicates_and_unknown_settings() -> None:
 
     with pytest.raises(ValueError, match="task 'addrev' is already registered"):
         register_task("addrev", addrev_task)
-    with pytest.raises(ValueError, match="unknown setting 'size'; valid: eval_size, data_dir"):
+    with pytest.raises(ValueError, match="unknown setting 'size'; valid: eval_size, data_dir, validation_size"):
         register_task("addrev-x", addrev_task, settings=("size",))
     entry = task_entry("addrev")
     assert entry.synthetic and entry.settings == ("eval_size",) and "".join(entry.vocab) == "0123456789+="
-    assert not task_entry("gsm8k").synthetic and task_entry("gsm8k").settings == ("data_dir",)
+    assert not task_entry("gsm8k").synthetic and task_entry("gsm8k").settings == ("data_dir", "validation_size")
+    assert task_entry("math500").settings == ("data_dir",)

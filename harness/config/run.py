@@ -93,13 +93,24 @@ class TaskConfig:
     train_size: int | None = None          # None: the task's default
     eval_size: int = 500
     data_dir: str | None = None            # benchmark files (default: $STALEBENCH_DATA_DIR or ../shared/data/benchmarks)
+    validation_size: int = 0               # a benchmark with a train file (gsm8k): hold out its last N train
+                                           # problems as the validation split (cumsum-long has a fixed one)
 
     def validate(self, key: str) -> None:
-        from harness.tasks import task_names
+        from harness.tasks import task_entry, task_names
         _choice(f"{key}.name", self.name, task_names())
         _positive(f"{key}.eval_size", self.eval_size)
         if self.train_size is not None:
             _positive(f"{key}.train_size", self.train_size)
+        _positive(f"{key}.validation_size", self.validation_size, strict=False)
+        if self.validation_size and "validation_size" not in task_entry(self.name).settings:
+            raise ConfigError(f"{key}.validation_size: task {self.name!r} takes none (a benchmark with a train file, "
+                              f"gsm8k, does; cumsum-long has a fixed validation split); remove it")
+
+    def build(self) -> Any:
+        """The task these settings name (harness/tasks)."""
+        from harness.tasks import task_from_config
+        return task_from_config(self.name, self.eval_size, self.data_dir, self.validation_size)
 
 
 @dataclass(frozen=True)
@@ -242,11 +253,9 @@ class RunConfig:
             raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use "
                               "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
         if self.eval.split == "validation":
-            from harness.tasks import task_from_config
-            if "validation" not in getattr(task_from_config(self.task.name, self.task.eval_size, self.task.data_dir),
-                                           "splits", ()):
+            if "validation" not in getattr(self.task.build(), "splits", ()):
                 raise ConfigError(f"eval.split: task {self.task.name!r} has no validation split (cumsum-long has "
-                                  f"one); set eval.split: test")
+                                  f"one; gsm8k with task.validation_size); set eval.split: test")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
         if self.train.workers > 1:

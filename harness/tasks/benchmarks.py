@@ -98,34 +98,48 @@ class BenchmarkTask:
         verify_timeout_s: ``timeout_s`` passed to :func:`grade_math`.
     """
 
-    def __init__(self, name: str, data_dir: str | Path | None = None, verify_timeout_s: float = 1.0):
+    def __init__(self, name: str, data_dir: str | Path | None = None, verify_timeout_s: float = 1.0,
+                 validation_size: int = 0):
         if name not in _BENCHMARKS:
             raise ValueError(f"unknown benchmark {name!r}; valid: {', '.join(BENCHMARK_NAMES)}")
+        if validation_size and _BENCHMARKS[name].train_file is None:
+            raise ValueError(f"benchmark {name} has no train file to hold out a validation split from")
         self.name = name
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self.verify_timeout_s = verify_timeout_s
+        self.validation_size = validation_size
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """``validation`` (with ``validation_size``): the last ``validation_size`` problems of the train file,
+        held out of ``train`` (fixed, file order; the test file is never touched)."""
+        spec = _BENCHMARKS[self.name]
+        return ("eval",) + (("train",) if spec.train_file else ()) + (("validation",) if self.validation_size else ())
 
     def problems(self, split: str, size: int | None, seed: int) -> list[Problem]:
         """The first ``size`` problems (None: all) of ``split`` in file order; ``seed`` is unused."""
         spec = _BENCHMARKS[self.name]
-        if split == "eval":
-            filename, uid_prefix = spec.eval_file, self.name
-        elif split == "train":
-            if spec.train_file is None:
+        if split not in self.splits:
+            if split == "train":
                 raise ValueError(f"benchmark {self.name} has no train split; use it for eval only")
-            filename, uid_prefix = spec.train_file, f"{self.name}-train"
-        else:
-            raise ValueError(f"unknown split {split!r}; valid: 'train', 'eval'")
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(map(repr, self.splits))}")
         if size is not None and size < 0:
             raise ValueError(f"size must be >= 0 or None, got {size}")
-        rows = _read_jsonl(self.data_dir / filename)[:size]
+        if split == "eval":
+            rows, uid_prefix, first = _read_jsonl(self.data_dir / spec.eval_file), self.name, 0
+        else:
+            rows, uid_prefix = _read_jsonl(self.data_dir / spec.train_file), f"{self.name}-train"
+            held = len(rows) - self.validation_size
+            if held < 1:
+                raise ValueError(f"validation_size {self.validation_size} leaves no train problem of {len(rows)}")
+            rows, first = (rows[:held], 0) if split == "train" else (rows[held:], held)
         return [
             Problem(
                 prompt=row[spec.question_field] + PROMPT_SUFFIX,
                 answer=spec.gold(row),
-                uid=f"{uid_prefix}-{i}",
+                uid=f"{uid_prefix}-{first + i}",
             )
-            for i, row in enumerate(rows)
+            for i, row in enumerate(rows[:size])
         ]
 
     def reward(self, completion: str, problem: Problem) -> float:
@@ -134,4 +148,5 @@ class BenchmarkTask:
 
 
 for _name in BENCHMARK_NAMES:
-    register_task(_name, functools.partial(BenchmarkTask, _name), settings=("data_dir",))
+    register_task(_name, functools.partial(BenchmarkTask, _name),
+                  settings=("data_dir", "validation_size") if _BENCHMARKS[_name].train_file else ("data_dir",))

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from harness.registry import TASKS
 from harness.tasks.base import Task
 
-SETTINGS = ("eval_size", "data_dir")      # the run config's task settings a constructor may take
+SETTINGS = ("eval_size", "data_dir", "validation_size")      # the run config's task settings a constructor may take
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def make_task(name: str, **kwargs: Any) -> Task:
     return task_entry(name).make(**kwargs)
 
 
-def task_from_config(name: str, eval_size: int, data_dir: str | None) -> Task:
+def task_from_config(name: str, eval_size: int, data_dir: str | None, validation_size: int = 0) -> Task:
     """The task of a run config: each task takes the settings it registered."""
-    values = {"eval_size": eval_size, "data_dir": data_dir}
+    values = {"eval_size": eval_size, "data_dir": data_dir, "validation_size": validation_size}
     entry = task_entry(name)
     return entry.make(**{k: values[k] for k in entry.settings})

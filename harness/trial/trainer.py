@@ -28,7 +28,6 @@ from harness.config.run import EVAL_SPLITS, RunConfig, to_dict
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)
-from harness.tasks import task_from_config
 from harness.trial.backends import make_backend
 from harness.trial.batches import Batch, Batches
 from harness.trial.metrics import add_histograms, combine_metrics, importance_diagnostics, policy_metrics, rollout_metrics
@@ -49,7 +48,7 @@ class Trainer:
         self.model, self.tokenizer = load_model(path, cfg.model.dtype)
         self.model.to(self.device).train()
         self.ref_model = load_model(path, cfg.model.dtype)[0].to(self.device).eval() if cfg.train.kl_beta > 0 else None
-        self.task = task_from_config(cfg.task.name, cfg.task.eval_size, cfg.task.data_dir)
+        self.task = cfg.task.build()
         tc = cfg.train
         self.train_problems = self.task.problems("train", tc.steps * tc.prompts_per_step if cfg.task.train_size is None
                                                  else cfg.task.train_size, cfg.seed)
