@@ -5,7 +5,7 @@
     stalebench report results/<suite>              reports/<suite>/index.html
     stalebench site                                reports/index.html, the leaderboard of every suite
     stalebench train SUITE.yaml --trial 'algorithm=gmc_grpo,delay=16,seed=0'   one trial in-process
-    stalebench tune SUITE.yaml                     Optuna (through Ray Tune) learning rates per estimator
+    stalebench tune SUITE.yaml [--dry-run]         learning rates per estimator (Optuna TPE or a log grid, Ray Tune)
     stalebench eval --model PATH --benchmarks gsm8k,math500
     stalebench check SUITE.yaml                    validate a suite without running it
     stalebench reproduce reports/reference --only 'delay=64'   rerun committed cells, verdict per cell
@@ -119,10 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     _identity_args(tr)
     tr.add_argument("--trial", required=True, help="'key=value,...' selecting one trial, e.g. 'algorithm=grpo,delay=0,seed=0'")
     tr.add_argument("--results", default="results")
-    tu = sub.add_parser("tune", help="tune per-estimator learning rates with Optuna through Ray Tune")
+    tu = sub.add_parser("tune", help="tune per-estimator learning rates (Optuna TPE or a log grid) through Ray Tune")
     _suite_args(tu)
     tu.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
     tu.add_argument("--results", default="results")
+    tu.add_argument("--dry-run", action="store_true", help="count the tuning trials and estimate the cost; run nothing")
     ev = sub.add_parser("eval", help="evaluate a model or kept trial policies on the local benchmark files with lm-eval")
     what = ev.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="local model directory")
@@ -302,8 +303,9 @@ def _cmd_site(args) -> int:
 
 
 def _cmd_tune(args) -> int:
-    from harness.suite.runner import tune_suite
-    print(f"tuned overrides: {tune_suite(_load(args)[0], results_root=Path(args.results), address=args.address)}")
+    from harness.suite import plan, runner
+    s, root = _load(args)[0], Path(args.results)
+    print(plan.tune_dry_run(s, root) if args.dry_run else f"tuned overrides: {runner.tune_suite(s, root, args.address)}")
     return 0
 
 

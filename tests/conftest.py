@@ -14,15 +14,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "benchmarks"
 
 
-def build_random_tiny_model(out: Path, seed: int = 0, context: int = 64) -> Path:
-    """A randomly initialized Qwen3-architecture model with the addrev tokenizer, saved to `out`."""
+def build_random_tiny_model(out: Path, seed: int = 0, context: int = 64, vocab: list[str] | None = None) -> Path:
+    """A randomly initialized Qwen3-architecture model with the addrev tokenizer (or `vocab`'s), saved to `out`."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from harness.bases.models import char_tokenizer
     from harness.tasks.synthetic import ADDREV_VOCAB
 
-    tok = char_tokenizer(ADDREV_VOCAB)
+    tok = char_tokenizer(vocab or ADDREV_VOCAB)
     torch.manual_seed(seed)
     config = Qwen3Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          num_key_value_heads=2, head_dim=16, intermediate_size=64, max_position_embeddings=context,
@@ -41,6 +41,13 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def long_context_model_dir(tmp_path_factory) -> Path:
     """The tiny random model with a 2048-token context: room for the benchmarks' prompts in lm-eval."""
     return build_random_tiny_model(tmp_path_factory.mktemp("long-context-model"), context=2048)
+
+
+@pytest.fixture(scope="session")
+def cumsum_model_dir(tmp_path_factory) -> Path:
+    """The tiny random model with cumsum's characters and room for cumsum-long (97-token prompts)."""
+    from harness.tasks.cumsum import CUMSUM_VOCAB
+    return build_random_tiny_model(tmp_path_factory.mktemp("cumsum-model"), context=256, vocab=CUMSUM_VOCAB)
 
 
 @pytest.fixture

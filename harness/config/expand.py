@@ -19,7 +19,8 @@ import yaml
 from harness.config.run import ConfigError, RunConfig, build_run_config, set_dotted, to_dict
 from harness.registry import SOURCES, claimant
 from harness.config.kinds import kind_of
-from harness.config.suite import Resources, Suite, parse_suite  # noqa: F401 — the suite's types live in the schema
+from harness.tasks import task_from_config
+from harness.config.suite import Resources, Suite, TuneSpec, parse_suite  # noqa: F401 — the suite's types live in the schema
 from harness.store.untrusted import load_yaml_text, read_text_file, short
 from harness.store.untrusted import display
 
@@ -72,11 +73,66 @@ def check_runnable(suite: Suite) -> list[Trial]:
     return trials
 
 
+def tune_spec(suite: Suite) -> TuneSpec:
+    """The suite's validated `tune:` section (its range and split checked: check_tune_range), or a one-line
+    ConfigError when the suite has none."""
+    if suite.tune is None:
+        raise ConfigError(f"tune: suite {suite.name!r} has no tune section, e.g. "
+                          f"tune: {{param: train.lr, low: 1e-5, high: 1e-3, trials_per_algorithm: 8}}")
+    check_tune_range(suite)
+    return suite.tune
+
+
 def check_tune_range(suite: Suite) -> None:
-    """The tune range's bounds are values its setting accepts (validated run configs; no tune section: nothing)."""
-    if suite.tune is not None:
-        for bound in (suite.tune.low, suite.tune.high):
-            build_run_config(suite.base, {suite.tune.param: bound})
+    """The tune range's bounds are values its setting accepts (validated run configs), a grid's furthest
+    extensions too, and the split the tuning trials read exists (no tune section: nothing)."""
+    spec = suite.tune
+    if spec is None:
+        return
+    for bound in (spec.low, spec.high):
+        build_run_config(suite.base, {spec.param: bound})
+    if spec.method == "grid" and spec.max_extend:
+        values = spec.grid_values(spec.max_extend, spec.max_extend)
+        for bound in (values[0], values[-1]):
+            try:
+                build_run_config(suite.base, {spec.param: bound})
+            except ConfigError as exc:
+                raise ConfigError(f"tune.max_extend: {spec.max_extend} extensions could reach {spec.param}={bound:g}, "
+                                  f"which is refused ({exc}); lower tune.max_extend or move the range") from None
+    tune_split(suite)
+
+
+def tune_split(suite: Suite) -> str:
+    """The split `stalebench tune` evaluates on: tune.split, where `auto` is the task's validation split if it
+    has one, else its test split; ConfigError for `validation` on a task without one."""
+    config = build_run_config(suite.base, _tune_fixed(suite, 0))          # the task the tuning trials run
+    task = task_from_config(config.task.name, config.task.eval_size, config.task.data_dir)
+    has_validation = "validation" in getattr(task, "splits", ())
+    if suite.tune.split == "validation" and not has_validation:
+        raise ConfigError(f"tune.split: task {config.task.name!r} has no validation split; set tune.split: auto "
+                          f"(its test split) or test")
+    return suite.tune.split if suite.tune.split != "auto" else "validation" if has_validation else "test"
+
+
+def tune_trial(suite: Suite, algorithm: str, value: float, seed: int, split: str) -> Trial:
+    """A trial of `stalebench tune`: `algorithm` at `value` of tune.param on tuning seed `seed`, at the tuning
+    delay and the first value of every other grid axis, evaluated on `split` (tune_split). Its id is
+    `tune-<estimator>-<param><value>`, and `-seed<seed>` after it in a grid or with several tuning seeds."""
+    spec = suite.tune
+    params = {"algorithm": algorithm, **_tune_fixed(suite, seed), spec.param: value}
+    config = resolve_config(suite.base, {**suite.overrides.get(algorithm, {}), **params})
+    if config.eval.split != split:                 # set only where it differs: today's trials keep their params
+        params["eval.split"] = split
+        config = resolve_config(suite.base, {**suite.overrides.get(algorithm, {}), **params})
+    named_seed = spec.method == "grid" or len(spec.tune_seeds(suite)) > 1
+    return Trial(f"tune-{algorithm}-{spec.param.rsplit('.', 1)[-1]}{value:.4e}" + (f"-seed{seed}" if named_seed else ""),
+                 params, config)
+
+
+def _tune_fixed(suite: Suite, seed: int) -> dict[str, Any]:
+    """What every tuning trial shares: the first value of each grid axis but the estimator, the delay, the seed."""
+    return {**{k: v[0] for k, v in suite.grid.items() if k != "algorithm"}, "delay": suite.tune.tune_delay(suite),
+            "seed": seed}
 
 
 def apply_sets(data: Any, sets: list[str], text: str) -> tuple[Any, str]:

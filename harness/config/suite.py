@@ -23,6 +23,7 @@ Every problem is a one-line ConfigError naming the key. What needs a resolved, v
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -45,6 +46,9 @@ MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experi
 DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
 OVERRIDES_SCOPES = ("all", "stale")   # where `overrides:` apply: every trial, or the stale ones only
 MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
+TUNE_METHODS = ("tpe", "grid")               # tune.method
+TUNE_SPLITS = ("auto", "validation", "test")  # tune.split
+MAX_TUNE_POINTS = 100                         # tune.points: more is a typo, not a grid anyone runs
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,13 @@ class TuneSpec:
                                            # update per batch: there every estimator's gradient equals grpo's
     seed: int | None = None                # the tuning seed (default: 1000 + the suite's largest seed); never one
                                            # of the suite's seeds, so a tuned value is never scored on a reported run
+    seeds: tuple[int, ...] | None = None   # several tuning seeds (default: [seed]); a value's objective is the mean
+                                           # over them; none may be a reported seed
+    method: str = "tpe"                    # tpe: Optuna proposes trials_per_algorithm values | grid: `points` values
+    points: int = 6                        # grid: log-spaced from low to high inclusive, 4 significant digits
+    max_extend: int = 2                    # grid: points added beyond an edge where the best value lies, at most
+    split: str = "auto"                    # the split tuning trials evaluate on: auto (validation where the task has
+                                           # one, else test) | validation | test
 
     def validate(self, base: RunConfig, seeds: list[int]) -> None:
         if not 0 < self.low < self.high:
@@ -117,6 +128,42 @@ class TuneSpec:
         if self.seed is not None and self.seed in seeds:
             raise ConfigError(f"tune.seed: {self.seed} is one of the suite's reported seeds {seeds}; tune on a "
                               f"seed the suite does not report (default: {1000 + max(seeds)})")
+        self._validate_protocol(seeds)
+
+    def _validate_protocol(self, seeds: list[int]) -> None:
+        """The grid, the tuning seeds and the split (the protocol of benchmark v3)."""
+        for key, value, valid in (("method", self.method, TUNE_METHODS), ("split", self.split, TUNE_SPLITS)):
+            if value not in valid:
+                raise ConfigError(f"tune.{key}: {short(value)} is not valid; choose one of {', '.join(valid)}")
+        if self.seeds is not None:
+            if self.seed is not None:
+                raise ConfigError("tune.seed, tune.seeds: set one (tune.seeds lists every tuning seed)")
+            if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+                raise ConfigError(f"tune.seeds: expected a non-empty list of distinct integers; got {list(self.seeds)}")
+            reported = sorted(set(self.seeds) & set(seeds))
+            if reported:
+                raise ConfigError(f"tune.seeds: {reported[0]} is one of the suite's reported seeds {seeds}; tune on "
+                                  f"seeds the suite does not report")
+        if not 2 <= self.points <= MAX_TUNE_POINTS:
+            raise ConfigError(f"tune.points: a grid needs 2 to {MAX_TUNE_POINTS} points (low and high included); "
+                              f"got {self.points}")
+        if self.max_extend < 0:
+            raise ConfigError(f"tune.max_extend: must be >= 0 (points added beyond an edge); got {self.max_extend}")
+        values = self.grid_values() if self.method == "grid" else []
+        if len(set(values)) != len(values):
+            raise ConfigError(f"tune.points: {self.points} points in [{self.low:g}, {self.high:g}] repeat at 4 "
+                              f"significant digits; use fewer points or a wider range")
+
+    def tune_seeds(self, suite: Suite) -> list[int]:
+        """The tuning seeds: `tune.seeds`, else the one `tune_seed`."""
+        return list(self.seeds) if self.seeds is not None else [self.tune_seed(suite)]
+
+    def grid_values(self, below: int = 0, above: int = 0) -> list[float]:
+        """The grid: `points` values log-spaced from low to high inclusive, with `below` and `above` more at
+        the same log step beyond each edge, each rounded to 4 significant digits (readable trial ids and YAML).
+        Point k is low * r**k with r = (high / low) ** (1 / (points - 1)), k = -below .. points - 1 + above."""
+        step = math.log(self.high / self.low) / (self.points - 1)
+        return [float(f"{self.low * math.exp(k * step):.4g}") for k in range(-below, self.points + above)]
 
     def tune_seed(self, suite: Suite) -> int:
         return self.seed if self.seed is not None else 1000 + max(suite.seeds)

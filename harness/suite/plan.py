@@ -14,7 +14,8 @@ from pathlib import Path
 
 from harness.store import trialdir
 from harness.trial import numerics
-from harness.config.expand import Suite, Trial, expand, select_trials, trial_count
+from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
+                                   tune_trial)
 
 # s per 128-response step and per held-out evaluation inside a suite on the 2-core machine, transformers forward,
 # native float path; the lean forward's speed-up over it per task; the pinned path's cost over the native one;
@@ -52,11 +53,47 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
         lines.append(f"  {len(skipped_eps)} trials of estimators that ignore eps run once, not per eps value")
     for t in trials:
         lines.append(f"  {'done ' if t in done else 'run  '}{t.trial_id}")
-    steps = sum(t.config.train.steps for t in trials if t not in done)
+    return "\n".join(lines + cost_lines(suite, trials, [t for t in trials if t not in done], suite_dir))
+
+
+def tune_dry_run(suite: Suite, results_root: Path) -> str:
+    """`stalebench tune --dry-run`: the tuning trials (values x seeds x estimators, and the most a grid's edge
+    extensions can add) and their cost, projected as `run --dry-run` projects a suite's."""
+    spec = tune_spec(suite)
+    seeds, split = spec.tune_seeds(suite), tune_split(suite)
+    suite_dir = trialdir.tune_dir(Path(results_root) / suite.name)
+    grid = spec.method == "grid"
+    values = spec.grid_values() if grid else [spec.low] * spec.trials_per_algorithm   # TPE's are not known yet
+    trials = [tune_trial(suite, a, v, s, split) for a in suite.algorithms for v in values for s in seeds]
+    extra = len(suite.algorithms) * spec.max_extend * len(seeds) if grid else 0
+    done = [t for t in trials if grid and trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
+    each = f"{_count(len(seeds), 'seed')} x {_count(len(suite.algorithms), 'estimator')}"
+    lines = [f"tune {suite.name}: {_count(len(values), 'value')} x {each} = {len(trials)} trials"
+             + (f", up to {extra} more if every best value is at an edge ({spec.max_extend} extensions x {each})"
+                if extra else "") + (f", {len(done)} already finished" if grid else ""),
+             f"  {spec.param}: " + (", ".join(f"{v:g}" for v in values) if grid else
+                                    f"{spec.trials_per_algorithm} TPE proposals in [{spec.low:g}, {spec.high:g}]"),
+             f"  seeds: {', '.join(map(str, seeds))}; delay {spec.tune_delay(suite)}; split: {split}"]
+    todo = [t for t in trials if t not in done]
+    lines += cost_lines(suite, trials, todo, suite_dir)
+    if extra and todo:                      # an extension's trial costs what any of the grid's does
+        lines += [line.replace("cost:", "cost with every extension:", 1) for line in
+                  cost_lines(suite, trials, todo + todo[:1] * extra, suite_dir)[:1]]
+    return "\n".join(lines)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root: Path) -> list[str]:
+    """The cost of running `todo` (of `trials`, whose finished steps in `trial_root` measure a step): the
+    training and evaluation minutes, and for a GPU suite the projected GPU-hours."""
+    lines = []
+    steps = sum(t.config.train.steps for t in todo)
     processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
     parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
-    step_s, source = _step_seconds(suite_dir, trials)
-    todo = [t for t in trials if t not in done]
+    step_s, source = _step_seconds(trial_root, trials)
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
@@ -71,7 +108,7 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
                          " (evaluation not included)"))
     if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
         lines.append(gpu_projection(todo, suite.resources.gpu))
-    return "\n".join(lines)
+    return lines
 
 
 def model_parameters(path: str) -> tuple[float | None, str]:

@@ -157,9 +157,12 @@ def storage_path(suite_dir: Path) -> str:
     return str(ray_dir(suite_dir))
 
 
-def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say: Say) -> None:
+def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say: Say, name: str | None = None,
+        storage_dir: Path | None = None) -> None:
     """One Tune experiment: a grid over the trial ids, FIFO (no early stopping), Tune's retries for
-    transient failures; a trial failing every try is recorded as failed and the suite goes on."""
+    transient failures; a trial failing every try is recorded as failed and the suite goes on. The trials
+    live in `suite_dir` (a grid search's: results/<suite>/tune), Tune's files under `storage_dir`'s (default:
+    suite_dir's) storage_path, as experiment `name` (default: the suite's name and the time)."""
     from ray.tune.schedulers import FIFOScheduler
 
     res = suite.resources
@@ -174,8 +177,8 @@ def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say:
         tune_config=tune.TuneConfig(scheduler=FIFOScheduler(), max_concurrent_trials=concurrent,
                                     reuse_actors=True,     # a worker keeps torch & co. imported between trials
                                     trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
-        run_config=tune.RunConfig(name=f"{suite.name}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                  storage_path=storage_path(suite_dir), verbose=0,
+        run_config=tune.RunConfig(name=name or f"{suite.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                  storage_path=storage_path(storage_dir or suite_dir), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=res.max_failures),
                                   callbacks=[_TrialEvents(suite_dir, target, say,
                                                           {t.trial_id: t for t in trials})])).fit()
