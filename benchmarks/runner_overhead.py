@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from harness.config.run import set_dotted
+from harness.config.dicts import set_dotted
 from harness.store.trialdir import read_status
 from harness.config.expand import Suite, expand, load_suite_file
 

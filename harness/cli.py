@@ -331,7 +331,7 @@ def _cmd_eval(args) -> int:
 
 def _cmd_build_base(args) -> int:
 
-    from harness.config.run import from_dict
+    from harness.config.dicts import from_dict
     from harness.store.untrusted import load_yaml_text
     from harness.bases import BASES_DIR
     from harness.bases.models import BaseRecipe, build_base

@@ -100,7 +100,8 @@ SOURCES: Registry[Any] = Registry("staleness source", homes=("harness.trial.stal
 KINDS: Registry[Any] = Registry("trial kind", homes=("harness.trial.kind", "harness.lab.kind"))
 # store/tracking/config.py Mirror: where a trial's records are mirrored besides its files: wandb (MLflow always)
 MIRRORS: Registry[Any] = Registry("tracking mirror", homes=("harness.store.tracking.wandb_sink",))
-# report/figures.py Figure: a figure of a suite's report, in page order
-FIGURES: Registry[Any] = Registry("report figure", homes=("harness.report.figures",))
+# report/figures.py Figure: a figure of a suite's report, in page order (accuracy, heatmaps, dynamics)
+FIGURES: Registry[Any] = Registry("report figure", homes=("harness.report.figures", "harness.report.heatmaps",
+                                                             "harness.report.dynamics"))
 # report/sections.py SectionSource: extra sections of a suite's report: kept policies' benchmarks, the lab's
 SECTIONS: Registry[Any] = Registry("report section", homes=("harness.report.sections", "harness.lab.report"))

@@ -38,7 +38,8 @@ from typing import Any
 from harness.trial import numerics
 
 from harness.store import trialdir
-from harness.config.run import ConfigError, RunConfig, to_dict
+from harness.config.run import ConfigError, RunConfig
+from harness.config.dicts import to_dict
 from harness.store.archive import ARCHIVE_NAME as ARCHIVE, open_archive
 from harness.config.expand import Suite, Trial, load_suite_trials, select_trials
 from harness.store.trialdir import SUITE_FILE

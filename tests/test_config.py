@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config.run import ConfigError, RunConfig, build_run_config, flatten, to_dict
+from harness.config.run import ConfigError, RunConfig, build_run_config
+
+from harness.config.dicts import flatten, to_dict
 
 
 @pytest.mark.parametrize("base,overrides,needle", [

@@ -86,7 +86,7 @@ def test_malicious_checkpoint_is_refused_without_running_code(tmp_path, tiny_bas
 
 def _checkpoint_for(trial: Trial, path: Path) -> None:
     """A genuine checkpoint of `trial` at step 0 (Trainer.save with that trial's identity)."""
-    from harness.config.run import to_dict
+    from harness.config.dicts import to_dict
     from harness.trial.trainer import Trainer
     from harness.store.trialdir import config_sha256
 

@@ -311,7 +311,7 @@ def test_a_plugin_of_a_family_is_swept_and_judged_by_its_family_rule(group_cap_p
     from harness.lab.families import kinds
     from harness.lab.report import slope_rows, verdicts
     from harness.lab.sweeps import run_sweeps
-    from harness.config.run import from_dict
+    from harness.config.dicts import from_dict
     from harness.config.lab import LabConfig
 
     lab = from_dict(LabConfig, {**TINY_LAB, "sweep_group_sizes": [2, 4, 8], "sweep_groups": 60,

@@ -16,7 +16,8 @@ from harness.rollout.hf import HFEngine
 from harness.reproduce import committed_results
 from harness.config.expand import load_suite_trials
 from harness.rollout.lean import LeanEngine
-from harness.config.run import build_run_config, to_dict
+from harness.config.run import build_run_config
+from harness.config.dicts import to_dict
 from harness.store import trialdir
 from harness.tasks import make_task
 from harness.trial import numerics

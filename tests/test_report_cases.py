@@ -5,6 +5,7 @@ trials, trial provenance, the paper table exports, palette and facet order."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -403,8 +404,8 @@ def test_a_row_missing_a_delay_has_no_delay_auc(tmp_path):
 def _drawn(monkeypatch, figure, a: tables.Analysis, d: Path, tmp_path: Path):
     """Draw one registered figure and return (its Grid or Figure, its FigureOut), captured before saving."""
     kept = []
-    real = fig.save
-    monkeypatch.setattr(fig, "save", lambda g, *args, **kw: kept.append(g) or real(g, *args, **kw))
+    real, home = fig.save, sys.modules[figure.__module__]            # figures.py, heatmaps.py or dynamics.py
+    monkeypatch.setattr(home, "save", lambda g, *args, **kw: kept.append(g) or real(g, *args, **kw))
     out = figure(a, fig.PlotData.build(a, load_results(d).metrics, []), fig.Output(tmp_path))
     return kept[0], out
 

@@ -132,7 +132,7 @@ def test_the_staleness_suites_load(monkeypatch):
 def test_an_edited_trace_changes_the_trials_config_and_other_delays_keep_theirs(tiny_base, tmp_path):
     """Issue 39: identity held the trace's path, so a trace edited in place was silently reused (`run`
     said "1 already finished"); the resolved config now carries the file's sha256."""
-    from harness.config.run import to_dict
+    from harness.config.dicts import to_dict
 
     path = write(tmp_path / "t.jsonl", GOOD)
     before = to_dict(build_run_config(tiny_base, replay(path)))

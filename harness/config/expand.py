@@ -16,7 +16,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness.config.run import ConfigError, RunConfig, build_run_config, set_dotted, to_dict
+from harness.config.run import ConfigError, RunConfig, build_run_config
+
+from harness.config.dicts import set_dotted, to_dict
 from harness.registry import SOURCES, claimant
 from harness.config.kinds import kind_of
 from harness.tasks import task_from_config

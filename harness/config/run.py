@@ -9,20 +9,18 @@ validation that needs it, so torch-free readers (the suite schema, the report) s
 """
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
-import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from harness.config.delays import DelayDistribution
+from harness.config.dicts import yaml_name, from_dict, set_dotted, to_dict
 from harness.errors import ConfigError
 from harness.registry import BACKENDS, ENGINES, FORWARDS
 from harness.config.trace import read_trace, trace_sha256
 from harness.config.lab import LabConfig
-from harness.store.trialdir import RENAMED_KEYS
 from harness.store.untrusted import short
 
 
@@ -248,7 +246,7 @@ class RunConfig:
         for f in fields(self):                 # each section validates its own keys
             section = getattr(self, f.name)
             if dataclasses.is_dataclass(section) and not isinstance(section, DelayDistribution):
-                section.validate(_yaml_name(f))
+                section.validate(yaml_name(f))
         if self.mismatch is not None and self.model.engine != "hf":
             raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use "
                               "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
@@ -283,102 +281,6 @@ class RunConfig:
 # Strict loading
 # ----------------------------------------------------------------------------------------------
 
-def _yaml_name(f: dataclasses.Field) -> str:
-    return f.name.rstrip("_")
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
-
-
-def _coerce(key: str, tp: Any, value: Any) -> Any:
-    """Check `value` against the annotation `tp` (after `from __future__ import annotations`)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(key, arg, value)
-            except ConfigError as exc:   # a mapping's error is the section's (e.g. delay: {dist: ...})
-                section = dataclasses.is_dataclass(arg) and isinstance(value, Mapping)
-                errors.insert(0 if section else len(errors), str(exc))
-        raise ConfigError(errors[0] if errors else f"{key}: may not be null")
-    if dataclasses.is_dataclass(tp):
-        if value is None:
-            value = {}
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping of {', '.join(_yaml_name(f) for f in fields(tp))}; got {value!r}")
-        return from_dict(tp, value, key)
-    if origin in (collections.abc.Mapping, dict) or tp in (Mapping, dict):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping; got {value!r}")
-        return types.MappingProxyType(dict(value))
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list; got {value!r}")
-        (inner, _) = typing.get_args(tp)
-        return tuple(_coerce(f"{key}[{i}]", inner, v) for i, v in enumerate(value))
-    if tp is float and not isinstance(value, bool):
-        number = value
-        if isinstance(value, str):
-            try:                               # YAML reads 1e-4 (no dot) as a string
-                number = float(value)
-            except ValueError:
-                pass
-        if isinstance(number, (int, float)):
-            if not math.isfinite(number):
-                raise ConfigError(f"{key}: must be a finite number; got {value!r}")
-            return float(number)
-    if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
-        return value
-    raise ConfigError(f"{key}: expected {_type_name(tp)}; got {value!r}")
-
-
-def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
-    """Build dataclass `cls` from a mapping, refusing unknown keys and wrong types."""
-    hints = typing.get_type_hints(cls)
-    by_yaml = {_yaml_name(f): f for f in fields(cls)}
-    unknown = sorted(set(data) - set(by_yaml))
-    renamed = [(old, new) for old, new in RENAMED_KEYS.items() for name in unknown if f"{key}.{name}".endswith(old)]
-    if renamed:
-        old, new = renamed[0]
-        raise ConfigError(f"{key}.{old.split('.')[-1]}: renamed {new} (full passes over each batch, what it meant); "
-                          f"for several minibatch updates per batch, each response used once, set train.minibatches")
-    if unknown:
-        raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid keys: {', '.join(sorted(by_yaml))}")
-    kwargs = {f.name: _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}
-    return cls(**kwargs)
-
-
-def to_dict(obj: Any) -> Any:
-    """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict)."""
-    if dataclasses.is_dataclass(obj):          # a field marked omit_if_none is left out while None (delay.sha256)
-        return {_yaml_name(f): to_dict(getattr(obj, f.name)) for f in fields(obj)
-                if not (f.metadata.get("omit_if_none") and getattr(obj, f.name) is None)}
-    if isinstance(obj, Mapping):
-        return {k: to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return [to_dict(v) for v in obj]
-    return obj
-
-
-def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
-    """Return a copy of nested `data` with `a.b.c` set to value."""
-    head, _, rest = dotted.partition(".")
-    out = dict(data)
-    if rest:
-        inner = out.get(head) or {}
-        if not isinstance(inner, Mapping):
-            raise ConfigError(f"{dotted}: {head} is not a section")
-        out[head] = set_dotted(dict(inner), rest, value)
-    else:
-        out[head] = value
-    return out
-
-
 def build_run_config(base: Mapping[str, Any], overrides: Mapping[str, Any] = types.MappingProxyType({})) -> RunConfig:
     """The validated RunConfig for `base` with dotted `overrides` applied (grid point, seed, ...)."""
     data = to_dict(base)
@@ -401,18 +303,3 @@ def _with_trace_sha256(cfg: RunConfig) -> RunConfig:
                           f"{short(delay.sha256)[:16]}... as recorded; it was edited since (rerun the changed "
                           f"trials, or restore the trace)")
     return dataclasses.replace(cfg, delay=dataclasses.replace(delay, sha256=digest))
-
-
-def flatten(cfg: RunConfig) -> dict[str, Any]:
-    """Dotted key -> scalar value (for MLflow params and tables)."""
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else k, v)
-        else:
-            out[prefix] = value
-
-    walk("", to_dict(cfg))
-    return out

@@ -31,7 +31,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness.config.run import DEFAULT_ESTIMATOR, RunConfig, from_dict, to_dict
+from harness.config.run import DEFAULT_ESTIMATOR, RunConfig
+
+from harness.config.dicts import from_dict, to_dict
 from harness.errors import ConfigError
 from harness.config.collapse import CollapseRules
 from harness.store import trialdir

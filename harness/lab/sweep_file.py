@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.config.run import to_dict
+from harness.config.dicts import to_dict
 from harness.errors import ConfigError
 from harness.config.suite import Suite, read_suite_yaml
 from harness.store.trialdir import LAB_DIR, suite_file

@@ -30,7 +30,7 @@ import torch
 
 from algorithms import LossInputs, describe, prepare_context, uses_eps
 
-from harness.config.run import from_dict
+from harness.config.dicts import from_dict
 from harness.lab import estimate, policy
 from harness.lab.families import CLIPPING, RESCALING, kind_of, members
 from harness.config.lab import LabConfig

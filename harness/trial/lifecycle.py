@@ -19,7 +19,8 @@ from typing import Any
 
 from harness.store import provenance, trialdir
 from harness.trial import numerics
-from harness.config.run import ConfigError, RunConfig, flatten, to_dict
+from harness.config.run import ConfigError, RunConfig
+from harness.config.dicts import flatten, to_dict
 from harness.config.kinds import kind_of
 from harness.config.expand import Trial
 from harness.store.tracking import MlflowTarget, RunLog, Target  # noqa: F401 — MlflowTarget: callers import it from here

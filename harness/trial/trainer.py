@@ -24,7 +24,8 @@ from harness.bases.models import check_eval_set, load_model, problems_sha256
 from harness.rollout import EngineSettings, make_engine, response_logits, token_logp
 from harness.rollout.base import Rollout
 from harness.rollout.mismatch import MismatchEngine
-from harness.config.run import EVAL_SPLITS, RunConfig, to_dict
+from harness.config.run import EVAL_SPLITS, RunConfig
+from harness.config.dicts import to_dict
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)
