@@ -87,7 +87,7 @@ def planned(every: list[Trial], committed: Path, only: list[str]) -> tuple[list[
               if trialdir.read_status(committed / t.trial_id).get("status") in trialdir.FINAL]
     if not trials:
         raise ConfigError(f"{committed}: no finished trial" + (f" matches --only {' '.join(only)}" if only else ""))
-    defaults, rerun, refused = to_dict(RunConfig()), [], []
+    defaults, rerun, refused = to_dict(RunConfig(), every_key=True), [], []
     for t in trials:
         diff = trialdir.config_changes(trialdir.read_config(committed / t.trial_id) or {}, to_dict(t.config), defaults)
         if diff:

@@ -41,6 +41,21 @@ def test_new_settings_at_their_default_are_no_change():
     assert config_changes(old, {"train": {"lr": 1e-3, "save": "none"}}, {"train": {"save": "none"}}) == []
     assert config_changes(old, {"train": {"lr": 1e-3, "save": "final"}}, {"train": {"save": "none"}}) == [
         "train.save <absent> -> 'final'"]
+    # the other way round: a config written while a new setting was emitted at its default, read by a version
+    # that leaves it out at its default (config/dicts.py OMIT_AT_DEFAULT)
+    written = {"train": {"lr": 1e-3, "minibatches": 1}}
+    assert config_changes(written, {"train": {"lr": 1e-3}}, {"train": {"minibatches": 1}}) == []
+    assert config_changes({"train": {"minibatches": 4}}, {"train": {}}, {"train": {"minibatches": 1}}) == [
+        "train.minibatches 4 -> <absent>"]
+
+
+def test_a_new_setting_is_left_out_of_a_config_at_its_default():
+    from harness.config.dicts import to_dict
+    from harness.config.run import RunConfig, build_run_config
+    plain, full = to_dict(RunConfig()), to_dict(RunConfig(), every_key=True)
+    assert "minibatches" not in plain["train"] and full["train"]["minibatches"] == 1 and full["eval"]["split"] == "test"
+    assert "passes" in plain["train"]                     # the renamed setting keeps its place (train.updates_per_batch)
+    assert to_dict(build_run_config({"eval": {"split": "test"}})) == plain        # written or not: the same config
 
 
 def test_train_cli_refuses_an_edited_suite_in_one_line(tiny_base, tmp_path, monkeypatch, capsys):

@@ -21,6 +21,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from harness.config.dicts import NEW_SETTING
 from harness.errors import ConfigError
 
 DISTS = ("uniform", "geometric", "poisson", "empirical", "trace")
@@ -41,7 +42,7 @@ class DelayDistribution:
     weights: tuple[float, ...] | None = None   # empirical: unnormalized weights of lags 0, 1, 2, ...
     path: str | None = None                 # trace: a trace file (format: docs/staleness.md)
     per: str = "response"                   # one draw per response | per prompt (its G responses together)
-    sha256: str | None = field(default=None, metadata={"omit_if_none": True})   # trace: the file's sha256,
+    sha256: str | None = field(default=None, metadata=NEW_SETTING)   # trace: the file's sha256,
     # set when the config is resolved (config.build_run_config), so an edited trace is a changed trial; left
     # out of the resolved config when None, so trials without traces keep their identity
 

@@ -14,6 +14,11 @@ from typing import Any, Mapping
 from harness.errors import ConfigError
 from harness.store.trialdir import RENAMED_KEYS
 
+# Field metadata of a setting added after trials were committed: `to_dict` leaves it out while it is at its
+# default, so every config that does not use it resolves, and hashes (config_sha256), as before it existed.
+OMIT_AT_DEFAULT = "omit_at_default"
+NEW_SETTING = {OMIT_AT_DEFAULT: True}
+
 
 def yaml_name(f: dataclasses.Field) -> str:
     return f.name.rstrip("_")
@@ -85,15 +90,17 @@ def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
     return cls(**kwargs)
 
 
-def to_dict(obj: Any) -> Any:
-    """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict)."""
-    if dataclasses.is_dataclass(obj):          # a field marked omit_if_none is left out while None (delay.sha256)
-        return {yaml_name(f): to_dict(getattr(obj, f.name)) for f in fields(obj)
-                if not (f.metadata.get("omit_if_none") and getattr(obj, f.name) is None)}
+def to_dict(obj: Any, every_key: bool = False) -> Any:
+    """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict). A field marked
+    OMIT_AT_DEFAULT is left out while at its default, unless `every_key` (the defaults that config_changes
+    compares an absent key with)."""
+    if dataclasses.is_dataclass(obj):
+        return {yaml_name(f): to_dict(getattr(obj, f.name), every_key) for f in fields(obj)
+                if every_key or not (f.metadata.get(OMIT_AT_DEFAULT) and getattr(obj, f.name) == f.default)}
     if isinstance(obj, Mapping):
-        return {k: to_dict(v) for k, v in obj.items()}
+        return {k: to_dict(v, every_key) for k, v in obj.items()}
     if isinstance(obj, tuple):
-        return [to_dict(v) for v in obj]
+        return [to_dict(v, every_key) for v in obj]
     return obj
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from harness.config.delays import DelayDistribution
-from harness.config.dicts import yaml_name, from_dict, set_dotted, to_dict
+from harness.config.dicts import NEW_SETTING, from_dict, set_dotted, to_dict, yaml_name
 from harness.errors import ConfigError
 from harness.registry import BACKENDS, ENGINES, FORWARDS
 from harness.config.trace import read_trace, trace_sha256
@@ -91,8 +91,9 @@ class TaskConfig:
     train_size: int | None = None          # None: the task's default
     eval_size: int = 500
     data_dir: str | None = None            # benchmark files (default: $STALEBENCH_DATA_DIR or ../shared/data/benchmarks)
-    validation_size: int = 0               # a benchmark with a train file (gsm8k): hold out its last N train
-                                           # problems as the validation split (cumsum-long has a fixed one)
+    validation_size: int = field(default=0, metadata=NEW_SETTING)   # a benchmark with a train file (gsm8k):
+                                           # its last N train problems held out as the validation split
+                                           # (cumsum-long has a fixed one)
 
     def validate(self, key: str) -> None:
         from harness.tasks import task_entry, task_names
@@ -122,9 +123,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     passes: int = 1                        # full passes over each batch, one optimizer update each (PPO epochs;
                                            # TRL's num_iterations): every response is used `passes` times
-    minibatches: int = 1                   # each batch split into this many minibatches of whole prompt groups, one
-                                           # optimizer update each, every response used once (verl's
-                                           # ppo_mini_batch_size = the batch / minibatches; docs/staleness.md)
+    minibatches: int = field(default=1, metadata=NEW_SETTING)   # each batch split into this many minibatches
+                                           # of whole prompt groups, one optimizer update each, every response
+                                           # used once (verl's ppo_mini_batch_size = the batch / minibatches;
+                                           # docs/staleness.md)
     micro_batch_size: int | None = None    # responses per forward/backward; None = whole batch
     aggregation: str = "token-mean"
     advantage: str = "std"                 # std (GRPO) | mean (Dr. GRPO)
@@ -152,9 +154,11 @@ class TrainConfig:
         if self.prompts_per_step % self.minibatches:
             raise ConfigError(f"{key}.minibatches: {key}.prompts_per_step {self.prompts_per_step} does not divide into "
                               f"{self.minibatches} minibatches (each minibatch holds whole prompt groups)")
-        if self.prompts_per_step // self.minibatches % self.workers:
-            raise ConfigError(f"{key}.workers: the {self.prompts_per_step // self.minibatches} prompts of a minibatch "
-                              f"do not divide into {self.workers} workers (each worker trains on whole prompt groups)")
+        per = self.prompts_per_step // self.minibatches
+        if per % self.workers:
+            what = f"{key}.prompts_per_step {per}" if self.minibatches == 1 else f"each minibatch's {per} prompts"
+            raise ConfigError(f"{key}.workers: {what} does not divide into {self.workers} workers (each worker samples "
+                              f"whole prompt groups)")
         if self.steps > MAX_STEPS:
             raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
         for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
@@ -176,7 +180,7 @@ class EvalConfig:
     every_steps: int = 20                  # held-out evaluation period (also at step 0 and the last step)
     size: int | None = None                # None: the task's eval_size
     pass_k: int = 0                        # also report pass@k with k samples at temperature 1 (0 = off)
-    split: str = "test"                    # test: the task's held-out eval split (what tables report) |
+    split: str = field(default="test", metadata=NEW_SETTING)   # test: the task's held-out eval split (tables) |
                                            # validation: its validation split (tuning, design choices)
 
     def validate(self, key: str) -> None:

@@ -196,9 +196,10 @@ def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Map
                    prefix: str = "") -> list[str]:
     """Dotted keys whose values differ between two resolved configs, as "key old -> new", in key order.
 
-    A key the old config lacks is no change when the new value is that setting's default (`defaults`,
-    the resolved default config): a setting added to stalebench later, left at a default that keeps
-    the old behaviour, does not turn finished trials into changed ones."""
+    A key one side lacks is no change when the other side's value is that setting's default (`defaults`, the
+    resolved default config with every key): a setting added to stalebench later, left at a default that keeps
+    the old behaviour, does not turn finished trials into changed ones, whether the config that lacks it was
+    written before the setting existed or leaves it out at its default (config/dicts.py OMIT_AT_DEFAULT)."""
     out = []
     defaults = defaults or {}
     for key in sorted(set(old) | set(new), key=str):
@@ -206,7 +207,7 @@ def config_changes(old: Mapping[str, Any], new: Mapping[str, Any], defaults: Map
         default = defaults.get(key, _ABSENT) if isinstance(defaults, Mapping) else _ABSENT
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             out += config_changes(a, b, default if isinstance(default, Mapping) else {}, name + ".")
-        elif a is _ABSENT and b == default:
+        elif (a is _ABSENT and b == default) or (b is _ABSENT and a == default):
             continue
         elif a != b:
             out.append(f"{name} {_short(a)} -> {_short(b)}")

@@ -36,7 +36,7 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
     supersedes exactly the changed trials; "force" supersedes every trial that has results.
     """
     changed: list[tuple[Trial, list[str]]] = []
-    defaults = to_dict(RunConfig())
+    defaults = to_dict(RunConfig(), every_key=True)
     for t in trials:
         old = trialdir.read_config(Path(suite_dir) / t.trial_id)
         if old is None:
