@@ -64,8 +64,8 @@ def regime_sections(res: SuiteResults, out_dir: Path) -> list[Section]:
             f"summed log-ratio to the behaviour policy, r_i = exp(Λ_i); 'over G(1+ε)' is the share of prompt "
             f"groups whose ratio mass exceeds G(1+ε), the groups a group mass cap at that level rescales. "
             f"Benchmark v3 accepts a design when, at its largest delay, the median |Λ| is at least 1.5 nats and "
-            f"at least 40% of groups are over G(1+ε) (docs/benchmark-v3.md); benchmark v2 at delay 32: about 0.5 "
-            f"nats and 17%.")
+            f"at least 40% of groups are over G(1+ε) (docs/benchmark-v3.md); benchmark v2's grpo at delay 32: 0.47 "
+            f"nats and 14% (quickstart-v2's two seeds).")
     return [Section("Trajectory regime", [{"text": text}, {"table": {"columns": columns, "rows": rows}}])]
 
 
