@@ -283,12 +283,12 @@ def _first_call_returns_none(fn):
 
 
 def test_tune_section_is_strict(tiny_base):
-    from harness.suite.runner import parse_tune
+    from harness.suite.runner import tune_spec
 
     def suite(tune):
         return parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis"]}, "tune": tune})
 
-    spec = parse_tune(suite({"param": "train.lr", "low": 1e-5, "high": "1e-3", "trials_per_algorithm": 4}))
+    spec = tune_spec(suite({"param": "train.lr", "low": 1e-5, "high": "1e-3", "trials_per_algorithm": 4}))
     assert (spec.param, spec.low, spec.high, spec.trials_per_algorithm, spec.metric, spec.mode) == \
         ("train.lr", 1e-5, 1e-3, 4, "eval/acc", "max")
     for tune, needle in [
@@ -304,31 +304,32 @@ def test_tune_section_is_strict(tiny_base):
         ({}, "has no tune section"),
     ]:
         with pytest.raises(ConfigError) as err:
-            parse_tune(suite(tune))
+            tune_spec(suite(tune))
         assert needle in str(err.value) and "\n" not in str(err.value)
 
 
 def test_tune_never_tunes_on_a_reported_seed(tiny_base):
-    from harness.suite.runner import parse_tune
+    from harness.suite.runner import tune_spec
 
     def suite(**tune):
         return parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis"]}, "seeds": [0, 1, 7],
                             "tune": {"param": "train.lr", "low": 1e-5, "high": 1e-3, **tune}})
 
     s = suite()
-    assert parse_tune(s).tune_seed(s) == 1007                        # 1000 + the largest reported seed
+    assert tune_spec(s).tune_seed(s) == 1007                        # 1000 + the largest reported seed
     s = suite(seed=42)
-    assert parse_tune(s).tune_seed(s) == 42
+    assert tune_spec(s).tune_seed(s) == 42
     with pytest.raises(ConfigError, match=r"tune.seed: 1 is one of the suite's reported seeds \[0, 1, 7\]"):
-        parse_tune(suite(seed=1))
+        tune_spec(suite(seed=1))
 
 
 def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
-    from harness.suite.runner.search import _write_overrides, parse_tune
+    from harness.suite.runner import tune_spec
+    from harness.suite.runner.search import _write_overrides
 
     suite = parse_suite({"suite": "t", "base": tiny_base, "grid": {"algorithm": ["grpo", "tis", "gspo"]},
                          "tune": {"param": "train.lr", "low": 1e-5, "high": 1e-3, "trials_per_algorithm": 2}})
-    spec = parse_tune(suite)
+    spec = tune_spec(suite)
     rows = lambda algo, pts: [{"algorithm": algo, "train.lr": lr, "status": st, "objective": obj} for lr, obj, st in pts]
     results = {"grpo": rows("grpo", [(1e-4, 0.5, "completed"), (3e-4, 0.6, "completed")]),
                "tis": rows("tis", [(2e-5, 0.4, "completed"), (9e-4, float("-inf"), "diverged")]),
@@ -343,10 +344,10 @@ def test_tuned_overrides_file_can_be_copied_into_a_suite(tmp_path, tiny_base):
 
 
 def test_tune_lr_suite_file_is_valid():
-    from harness.suite.runner import parse_tune
+    from harness.suite.runner import tune_spec
 
     suite = load_suite_file(REPO / "suites" / "tune-lr.yaml")
-    spec = parse_tune(suite)
+    spec = tune_spec(suite)
     assert spec.param == "train.lr" and len(suite.grid["algorithm"]) >= 2
 
 

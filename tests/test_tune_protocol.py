@@ -74,9 +74,9 @@ def test_tuning_seeds_default_to_the_one_tune_seed_and_are_never_reported(tiny_b
      "tune.max_extend: 2 extensions could reach mismatch.sigma=12500, which is refused"),
 ])
 def test_protocol_refusals_are_one_line(tiny_base, tune, base, needle):
-    from harness.suite.runner import parse_tune
+    from harness.suite.runner import tune_spec
     with pytest.raises(ConfigError) as err:
-        parse_tune(suite_of({**tiny_base, **(base or {})}, tune))
+        tune_spec(suite_of({**tiny_base, **(base or {})}, tune))
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
@@ -89,6 +89,9 @@ def test_the_split_is_validation_where_the_task_has_one(tiny_base, cumsum_model_
     assert tune_split(long) == "validation"
     trial = tune_trial(long, "grpo", 1e-4, 1001, "validation")
     assert trial.params["eval.split"] == "validation" and trial.config.eval.split == "validation"
+    # a benchmark's held-out train problems count too (task.validation_size); only the task is built here
+    gsm8k = {**tiny_base, "task": {"name": "gsm8k", "eval_size": 4, "validation_size": 8}}
+    assert tune_split(suite_of(gsm8k, LR)) == "validation"
     assert tune_split(suite_of(cumsum_base(cumsum_model_dir), {**LR, "split": "test"})) == "test"
 
 

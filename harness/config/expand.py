@@ -21,7 +21,6 @@ from harness.config.run import ConfigError, RunConfig, build_run_config
 from harness.config.dicts import set_dotted, to_dict
 from harness.registry import SOURCES, claimant
 from harness.config.kinds import kind_of
-from harness.tasks import task_from_config
 from harness.config.suite import Resources, Suite, TuneSpec, parse_suite  # noqa: F401 — the suite's types live in the schema
 from harness.store.untrusted import load_yaml_text, read_text_file, short
 from harness.store.untrusted import display
@@ -108,7 +107,7 @@ def tune_split(suite: Suite) -> str:
     """The split `stalebench tune` evaluates on: tune.split, where `auto` is the task's validation split if it
     has one, else its test split; ConfigError for `validation` on a task without one."""
     config = build_run_config(suite.base, _tune_fixed(suite, 0))          # the task the tuning trials run
-    task = task_from_config(config.task.name, config.task.eval_size, config.task.data_dir)
+    task = config.task.build()                                               # task.validation_size included
     has_validation = "validation" in getattr(task, "splits", ())
     if suite.tune.split == "validation" and not has_validation:
         raise ConfigError(f"tune.split: task {config.task.name!r} has no validation split; set tune.split: auto "

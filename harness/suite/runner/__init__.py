@@ -8,6 +8,7 @@ hyper-parameters with Optuna through Ray Tune. The only package that imports ray
     console.py   progress and event lines
 """
 from harness.suite.runner.grid import run_suite
-from harness.suite.runner.search import TuneSpec, parse_tune, tune_suite
+from harness.config.expand import tune_spec
+from harness.suite.runner.search import TuneSpec, tune_suite
 
-__all__ = ["TuneSpec", "parse_tune", "run_suite", "tune_suite"]
+__all__ = ["TuneSpec", "run_suite", "tune_spec", "tune_suite"]

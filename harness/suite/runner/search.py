@@ -33,9 +33,6 @@ from harness.suite.runner.ray_train import alive_nodes, concurrent_trials, trial
 from harness.trial.lifecycle import check_identity
 
 
-parse_tune = tune_spec          # the suite's validated `tune:` section (config.expand.tune_spec)
-
-
 def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str | None = None,
                progress: bool = True) -> Path:
     """Search `tune.param` for every estimator of the suite's grid with the same budget, at `tune.delay`
@@ -46,7 +43,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
     Trials live in results/<suite>/tune/<estimator>-<param><value>[-seed<seed>]; an interrupted search starts
     again (TPE's seeded sampler proposes the same values first, a grid has fixed values, and a finished trial
     is not rerun; a grid's trial whose config changed is rerun, its old results kept under tune/.superseded/)."""
-    spec = parse_tune(suite)
+    spec = tune_spec(suite)
     say = printer(progress)
     algorithms = suite.algorithms
     seeds, split = spec.tune_seeds(suite), tune_split(suite)
