@@ -132,6 +132,21 @@ def traj_log_ratio(inp: LossInputs) -> Tensor:
     return token_log_ratio(inp).detach().sum(dim=1)
 
 
+def length_normalized_ratio(inp: LossInputs) -> Tensor:
+    """s_i = exp(Λ_i / |o_i|), (B,), with grad: the sequence ratio of gspo and luspo (the mean log-ratio over
+    the response's valid tokens, clamped to ±MAX_TOKEN_LOG_RATIO)."""
+    log_s = token_log_ratio(inp).sum(dim=1) / inp.mask.sum(dim=1).clamp_min(1)
+    return torch.exp(log_s.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO))
+
+
+def sequence_clip_metrics(name: str, s: Tensor, inp: LossInputs, low: float, high: float) -> dict[str, Tensor]:
+    """`<name>/clip_frac` (responses whose sequence-level clip is active: A < 0 ∧ s < low, A > 0 ∧ s > high)
+    and `<name>/seq_ratio_mean`, over the responses with a valid token."""
+    s, adv, present = s.detach(), inp.advantages, inp.mask.any(dim=1)
+    clipped = ((adv < 0) & (s < low)) | ((adv > 0) & (s > high))
+    return {f"{name}/clip_frac": masked_mean(clipped.float(), present), f"{name}/seq_ratio_mean": masked_mean(s, present)}
+
+
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp_min(1)

@@ -9,22 +9,14 @@ the grid's `eps`, which is accepted and unused; set `eps_low`/`eps_high` to chan
 """
 from __future__ import annotations
 
-from .common import BatchContext, LossInputs, MAX_TOKEN_LOG_RATIO, masked_mean, ppo_clip_token_loss, token_log_ratio
+from .common import BatchContext, LossInputs, length_normalized_ratio, ppo_clip_token_loss, sequence_clip_metrics
 from .registry import register
-
-import torch
 
 
 @register("gspo", uses_eps=False, trust_region="sequence-clip", correction="sequence-is", reads=("theta", "behavior"),
           source="paper 2507.18071")
 def gspo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_low: float = 3e-4, eps_high: float = 4e-4):
-    lengths = inp.mask.sum(dim=1).clamp_min(1)                  # (B,)
-    log_s = token_log_ratio(inp).sum(dim=1) / lengths
-    seq_ratio = torch.exp(log_s.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO))
+    seq_ratio = length_normalized_ratio(inp)                      # (B,)
     low, high = 1.0 - eps_low, 1.0 + eps_high
     loss = ppo_clip_token_loss(seq_ratio.unsqueeze(1), inp.advantages, low, high).expand_as(inp.logp)
-    s = seq_ratio.detach()
-    clipped = ((inp.advantages < 0) & (s < low)) | ((inp.advantages > 0) & (s > high))
-    present = inp.mask.any(dim=1)
-    return loss, {"gspo/clip_frac": masked_mean(clipped.float(), present),
-                  "gspo/seq_ratio_mean": masked_mean(s, present)}
+    return loss, sequence_clip_metrics("gspo", seq_ratio, inp, low, high)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import MAX_TOKEN_LOG_RATIO, BatchContext, LossInputs, masked_mean, token_log_ratio
+from .common import BatchContext, LossInputs, length_normalized_ratio, sequence_clip_metrics
 from .registry import register
 
 
@@ -37,14 +37,8 @@ from .registry import register
 def luspo(inp: LossInputs, ctx: BatchContext, *, eps: float, eps_high: float | None = None,
           delta: float | None = None):
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
-    lengths = inp.mask.sum(dim=1).clamp_min(1)                                      # (B,)
-    log_s = token_log_ratio(inp).sum(dim=1) / lengths
-    s = torch.exp(log_s.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO))            # TRL's coef_1, (B,)
+    s = length_normalized_ratio(inp)                                                # TRL's coef_1, (B,)
     unclipped = s if delta is None else s.clamp(max=delta)
     adv = inp.advantages
     loss = -torch.minimum(unclipped * adv, s.clamp(low, high) * adv)               # (B,)
-    sd = s.detach()
-    clipped = ((adv < 0) & (sd < low)) | ((adv > 0) & (sd > high))
-    present = inp.mask.any(dim=1)
-    return loss.unsqueeze(1).expand_as(inp.logp), {"luspo/clip_frac": masked_mean(clipped.float(), present),
-                                                   "luspo/seq_ratio_mean": masked_mean(sd, present)}
+    return loss.unsqueeze(1).expand_as(inp.logp), sequence_clip_metrics("luspo", s, inp, low, high)
