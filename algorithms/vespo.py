@@ -40,6 +40,7 @@ import torch
 
 from .common import MAX_TOKEN_LOG_RATIO, BatchContext, LossInputs, masked_mean, reinforce_token_loss, rollout_log_prob
 from .registry import register
+from .rollout_correction import outside, truncate
 
 LOG_MIN_WEIGHT = math.log(1e-8)          # TRL's lower clamp of log weights (≈ −18.42)
 ROLLOUT_IS_MODES = ("token_truncate", "token_mask")
@@ -62,14 +63,9 @@ def rollout_log_weight(inp: LossInputs, rollout_is: str | None, cap: float | Non
         return torch.zeros(inp.mask.shape[0], dtype=inp.logp.dtype, device=inp.logp.device)
     ratio = torch.exp((inp.logp_behavior - rollout_log_prob(inp)) * inp.mask)         # π_old / π_sampler
     if rollout_is == "token_truncate":
-        ratio = torch.clamp(ratio, min=cap_low, max=cap)
+        ratio = truncate(ratio, cap, cap_low)
     else:
-        outside = torch.zeros_like(ratio, dtype=torch.bool)
-        if cap is not None:
-            outside = outside | (ratio > cap)
-        if cap_low is not None:
-            outside = outside | (ratio < cap_low)
-        ratio = ratio.masked_fill(outside, 0.0)
+        ratio = ratio.masked_fill(outside(ratio, cap, cap_low), 0.0)
     return (torch.log(ratio).clamp(LOG_MIN_WEIGHT, MAX_TOKEN_LOG_RATIO) * inp.mask).sum(dim=1)
 
 
