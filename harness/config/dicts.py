@@ -19,8 +19,8 @@ from harness.store.trialdir import RENAMED_KEYS
 OMIT_AT_DEFAULT = "omit_at_default"
 NEW_SETTING = {OMIT_AT_DEFAULT: True}
 # What a user who still writes a renamed setting (store/trialdir.py RENAMED_KEYS) is told, by its new name.
-RENAMED_WHY = {"train.passes": "full passes over each batch, what it meant; for several minibatch updates per "
-                               "batch, each response used once, set train.minibatches"}
+RENAMED_WHY = {"train.passes": "(full passes over each batch, what it meant); for several minibatch updates "
+                               "per batch, each response used once, set train.minibatches"}
 
 
 def yaml_name(f: dataclasses.Field) -> str:
@@ -85,7 +85,7 @@ def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
     renamed = [(old, new) for old, new in RENAMED_KEYS.items() for name in unknown if f"{key}.{name}".endswith(old)]
     if renamed:
         old, new = renamed[0]
-        raise ConfigError(f"{key}.{old.split('.')[-1]}: renamed {new}; {RENAMED_WHY[new]}")
+        raise ConfigError(f"{key}.{old.split('.')[-1]}: renamed {new} {RENAMED_WHY[new]}")
     if unknown:
         raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid keys: {', '.join(sorted(by_yaml))}")
     kwargs = {f.name: _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}
