@@ -106,19 +106,21 @@ def gap_verdict(G: list[int], on_policy: list[np.ndarray], stale: list[np.ndarra
         verdict = "not supported"
     else:
         verdict = "inconclusive at this power"
-    return {"verdict": verdict, "gap": gap.tolist(), "gap_se": se.tolist(), "p": p, "lo": lo, "hi": hi}
+    return {"verdict": verdict, "gap": gap.tolist(), "gap_se": se.tolist(), "p": p, "lo": lo, "hi": hi,
+            "c": math.exp(2 * fit["intercept"])}                 # the fitted gap = c·G^p
 
 
-def best_verdict(tables: Mapping[str, Mapping[str, Any]], rescalers: set[str]) -> dict[str, Any]:
-    """Claim (f)'s analogue. tables: name -> a report's results.json; rescalers: the group rescalers' names."""
+def best_verdict(tables: Mapping[str, Mapping[str, Any]], rescalers: set[str], slice_: str = "") -> dict[str, Any]:
+    """Claim (f)'s analogue. tables: name -> a report's results.json; rescalers: the group rescalers' names;
+    slice_: the report slice read ("" for a table without slices, "ε=0.2" for the ε grid's cells at 0.2)."""
     rows = []
     for table, data in tables.items():
         delay = data["largest_delay"]
         stable = {r["algorithm"] for r in data["leaderboard"] if r["delay"] == delay and not r["n_collapsed"]
-                  and not r["slice"]}
+                  and r["slice"] == slice_}
         for t in data["pair_tests"]:
             pair = {t["a"], t["b"]}
-            if t["delay"] != delay or t["slice"] or len(pair & rescalers) != 1 or not pair <= stable:
+            if t["delay"] != delay or t["slice"] != slice_ or len(pair & rescalers) != 1 or not pair <= stable:
                 continue
             (rescaler,), (other,) = pair & rescalers, pair - rescalers
             diff = t["mean_diff"] if t["a"] == rescaler else -t["mean_diff"]        # rescaler − other
@@ -133,6 +135,40 @@ def best_verdict(tables: Mapping[str, Mapping[str, Any]], rescalers: set[str]) -
     return {"verdict": verdict, "pairs": rows}
 
 
+def eps_readings(res: SuiteResults) -> dict[str, dict[str, Any]]:
+    """Claim (c)'s direction test for each group rescaler of the ε grid (delay > 0 cells)."""
+    acc, kind = final_accuracies(res), kinds(res)
+    by: dict[str, dict[float, np.ndarray]] = {}
+    for (name, delay, eps), v in acc.items():
+        if delay > 0:
+            by.setdefault(name, {})[eps] = v
+    clippers = sorted(n for n in by if kind.get(n) == CLIPPING)
+    return {r: sensitivity_verdict(by, r, clippers) for r in by if kind.get(r) == RESCALING}
+
+
+def g_readings(loaded: list[SuiteResults]) -> dict[str, Any]:
+    """Claim (d): per estimator of either kind, the gap fit over the G suites (one suite per G)."""
+    loaded = sorted(loaded, key=lambda res: int(res.suite.base["group_size"]))
+    sizes = [int(res.suite.base["group_size"]) for res in loaded]
+    accs = [final_accuracies(res) for res in loaded]
+    kind = kinds(loaded[0])
+    out: dict[str, Any] = {"G": sizes, "on_policy": [next(v for (_, d, _), v in a.items() if d == 0).tolist()
+                                                      for a in accs], "estimators": {}}
+    for name in sorted(kind):
+        stale = [next(v for (n, d, _), v in a.items() if n == name and d > 0) for a in accs]
+        fit = gap_verdict(sizes, [np.asarray(v) for v in out["on_policy"]], stale) if kind[name] else {}
+        out["estimators"][name] = {"kind": kind[name], "stale": [v.tolist() for v in stale], **fit}
+    return out
+
+
+def table_reading(paths: list[Path], slice_: str = "") -> dict[str, Any]:
+    """Claim (f)'s analogue over committed reports (their results.json), in the slice `slice_` ("" = none)."""
+    tables = {p.name: read_object(p / "results.json")[0] or {} for p in paths}
+    names = {r["algorithm"] for data in tables.values() for r in data.get("leaderboard", [])}
+    rescalers = {n for n in names if n in loss_names() and kind_of(get_estimator(n).family) == RESCALING}
+    return best_verdict(tables, rescalers, slice_)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eps", type=Path, help="results/claims-eps")
@@ -140,32 +176,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tables", type=Path, nargs="*", default=[], help="committed reports (reports/reference-v2 ...)")
     args = ap.parse_args(argv)
     if args.tables:
-        tables = {p.name: read_object(p / "results.json")[0] or {} for p in args.tables}
-        names = {r["algorithm"] for data in tables.values() for r in data.get("leaderboard", [])}
-        rescalers = {n for n in names if n in loss_names() and kind_of(get_estimator(n).family) == RESCALING}
-        out = best_verdict(tables, rescalers)
+        out = table_reading(args.tables)
         print("(f)", out["verdict"])
         for r in out["pairs"]:
             print(f"    {r['table']} delay {r['delay']:g}: {r['rescaler']} - {r['other']} = {r['diff']:+.4f}, "
                   f"p_Holm {r['p_holm']:.3g}{' (resolved)' if r['resolved'] else ''}")
     if args.eps:
-        res = load_results(args.eps)
-        acc, kind = final_accuracies(res), kinds(res)
-        by: dict[str, dict[float, np.ndarray]] = {}
-        for (name, delay, eps), v in acc.items():
-            if delay > 0:
-                by.setdefault(name, {})[eps] = v
-        for r in [n for n in by if kind.get(n) == RESCALING]:
-            print("(c)", r, sensitivity_verdict(by, r, sorted(n for n in by if kind.get(n) == CLIPPING)))
+        for r, reading in eps_readings(load_results(args.eps)).items():
+            print("(c)", r, reading)
     if args.g:
-        loaded = sorted(((load_results(p)) for p in args.g), key=lambda res: int(res.suite.base["group_size"]))
-        sizes = [int(res.suite.base["group_size"]) for res in loaded]
-        accs = [final_accuracies(res) for res in loaded]
-        kind = kinds(loaded[0])
-        for name in sorted(n for n in kind if kind[n] is not None):
-            on = [next(v for (n, d, _), v in a.items() if d == 0) for a in accs]
-            stale = [next(v for (n, d, _), v in a.items() if n == name and d > 0) for a in accs]
-            print("(d)", name, kind[name], gap_verdict(sizes, on, stale))
+        reading = g_readings([load_results(p) for p in args.g])
+        for name, fit in reading["estimators"].items():
+            if fit["kind"]:
+                print("(d)", name, fit["kind"], {k: fit[k] for k in ("verdict", "gap", "gap_se", "p", "lo", "hi")})
 
 
 if __name__ == "__main__":

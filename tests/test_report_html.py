@@ -218,6 +218,24 @@ def test_site_lists_an_unreadable_bundle_instead_of_dropping_it(tmp_path):
     assert "schema_version 3, expected 2" in text
 
 
+def test_site_lists_a_study_and_its_nested_reports(tmp_path):
+    """reports/claims/ (a page over several suites, no results.json) is linked as a study; its reports
+    reports/claims/<part>/ are listed under their path."""
+    (tmp_path / "claims" / "lab").mkdir(parents=True)
+    (tmp_path / "claims" / "index.html").write_text("<p>claims</p>")
+    (tmp_path / "claims" / "lab" / "results.json").write_text('{"schema_version": 1}')
+    text = build_site(tmp_path).read_text()
+    assert 'href="claims/index.html">claims</a>' in text
+    assert 'href="claims/lab/index.html">claims/lab</a>' in text
+
+
+def test_docs_link_follows_the_page_depth(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "report.md").write_text("# report")
+    assert report_html.docs_url(tmp_path / "reports" / "quickstart") == "../../docs/report.md"
+    assert report_html.docs_url(tmp_path / "reports" / "claims" / "lab") == "../../../docs/report.md"
+
+
 def test_default_out_dir_and_extra_sections(tmp_path, monkeypatch):
     """Extra sections go through the page's templates: text escaped, figures shown, tables by the macro."""
     suite = write_suite(tmp_path / "results", "tiny", ("grpo", "m2po"), (0,), (0,), steps=10)

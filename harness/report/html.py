@@ -93,7 +93,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     papers = paper.paper_tables(a, res.suite)
     exports = paper.write_exports(papers, res.name, out_dir)
 
-    context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
+    context = {**_page_context(res, a, figures, extras, prov, rendered, papers, exports), "docs_url": docs_url(out_dir)}
     context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
@@ -125,6 +125,17 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
 
 
 OUTPUT_FILES = ("index.html", "results.json", "leaderboard.csv", "cells.csv", "trials.csv")
+
+
+def docs_url(out_dir: Path) -> str:
+    """The link from a page in ``out_dir`` to docs/report.md of the repository it is written into (the
+    nearest parent holding docs/report.md: ``../../docs/report.md`` from reports/<suite>/, one more ``../``
+    from reports/claims/lab/); DOCS_URL when it is written outside a repository."""
+    here = Path(out_dir).resolve()
+    for depth, parent in enumerate(here.parents, start=1):
+        if (parent / "docs" / "report.md").is_file():
+            return "../" * depth + "docs/report.md"
+    return DOCS_URL
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -207,7 +218,6 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
                     "footer": paper.footer(t),
                     "best": [[bool(c and c.best) for c in r.cells] for r in t.rows]} for t in papers],
         "exports": exports,
-        "docs_url": DOCS_URL,
     }
 
 
@@ -239,9 +249,10 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
         raise ValueError(f"reports dir {reports_root} does not exist; run `stalebench report "
                          "results/<suite>` first")
     suites = []
-    for bundle_path in sorted(reports_root.glob("*/results.json")):
-        entry: dict[str, Any] = {"dir": bundle_path.parent.name,
-                                 "href": quote(bundle_path.parent.name) + "/index.html"}
+    bundles = sorted([*reports_root.glob("*/results.json"), *reports_root.glob("*/*/results.json")])
+    for bundle_path in bundles:       # reports/<suite>/ and a study's reports, as reports/claims/lab/
+        where = bundle_path.parent.relative_to(reports_root).as_posix()
+        entry: dict[str, Any] = {"dir": where, "href": quote(where) + "/index.html"}
         try:
             bundle = read_json_file(bundle_path, "results.json", MAX_BUNDLE_BYTES)    # untrusted: bounded, strict
             if bundle.get("schema_version") != SCHEMA_VERSION:
@@ -256,7 +267,10 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
                        "largest_delay": show(bundle.get("largest_delay")),
                        "date": bundle.get("rendered", {}).get("date_utc", ""),
                        "columns": columns, "rows": cell_rows(board, columns)})
-    html = _env().get_template("site.html.j2").render(suites=suites)
+    studies = [{"href": quote(p.parent.relative_to(reports_root).as_posix()) + "/index.html",
+                "title": display(p.parent.name)} for p in sorted(reports_root.glob("*/index.html"))
+               if not (p.parent / "results.json").is_file()]     # pages over several suites (reports/claims/)
+    html = _env().get_template("site.html.j2").render(suites=suites, studies=studies)
     out = reports_root / "index.html"
     out.write_text(html, encoding="utf-8")
     return out
