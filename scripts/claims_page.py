@@ -36,6 +36,7 @@ from harness.report.html import TEMPLATES  # noqa: E402
 from harness.report.load import load_results  # noqa: E402
 from harness.report.plotting import DPI, MIN_WIDTH_IN, estimator_style  # noqa: E402
 from harness.store.archive import open_archive  # noqa: E402
+from harness.store.trialdir import read_object  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -194,12 +195,27 @@ def f_claim(eps: Path) -> dict[str, Any]:
     return out
 
 
+def resolved_pairs(report: Path, label: str = "") -> list[str]:
+    """The resolved pairs of a committed report at its largest delay, per slice: "slice: a > b (+diff, p_Holm)",
+    each report's own exact permutation tests with Holm's correction (docs/report.md)."""
+    if not (report / "results.json").is_file():
+        return []
+    data = read_object(report / "results.json")[0] or {}
+    tests = [t for t in data.get("pair_tests", []) if t["delay"] == data.get("largest_delay")]
+    return [f"{label or t['slice']}: {hi} > {lo} ({abs(t['mean_diff']):+.3f}, p_Holm {t['p_holm']:.2g})"
+            for t in tests if t["resolved"]
+            for hi, lo in [(t["a"], t["b"]) if t["mean_diff"] > 0 else (t["b"], t["a"])]] + \
+        [f"{label or 'every slice'}: {sum(not t['resolved'] for t in tests)} of {len(tests)} pairs unresolved"]
+
+
 def build(out: Path, lab: Path, eps: Path, g_dirs: list[Path]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     lab_part = lab_claims(lab)
     c = eps_claim(eps)
     c["lab"] = lab_part.pop("c_lab")
     claims = {**lab_part, "c": c, "d": g_claim(g_dirs, out), "f": f_claim(eps)}
+    claims["c"]["pairs"] = resolved_pairs(eps)
+    claims["d"]["pairs"] = [p for d in g_dirs for p in resolved_pairs(d, f"G = {d.name[1:]}")]
     page = []
     for key in sorted(claims):
         words, experiment = CLAIMS[key]
@@ -207,7 +223,7 @@ def build(out: Path, lab: Path, eps: Path, g_dirs: list[Path]) -> dict[str, Any]
                    "c": ["eps/heatmap_delay_eps.png", "lab/lab_bias_vs_eps.png"],
                    "d": ["gap_vs_g.png", "heatmap_delay_g.png"], "e": ["lab/lab_bias_vs_g.png"],
                    "f": [f"../{TABLES[-1]}/final_accuracy_intervals.png"]}[key]
-        page.append({"key": key, "words": words, "experiment": experiment, **claims[key],
+        page.append({"key": key, "words": words, "experiment": experiment, "pairs": [], **claims[key],
                      "figures": [f for f in figures if (out / f).is_file()]})
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(PAGE).render(claims=page, css=(TEMPLATES / "style.css").read_text(encoding="utf-8"),
@@ -244,6 +260,8 @@ problem, not Qwen3 on reasoning benchmarks. Reports: {% for r in reports %}<a hr
 {% if c.lab is defined %}<p class="hint">Lab illustration (verdict there: {{ c.lab.verdict }}): {{ c.lab.detail }}</p>{% endif %}
 {% if c.replication is defined %}<p>Pre-registered replication, ε grid at ε 0.2: {{ c.replication.verdict }};
 {% for p in c.replication.pairs %}{{ p.rescaler }} − {{ p.other }} = {{ "%+.3f"|format(p.diff) }} (p_Holm {{ "%.2g"|format(p.p_holm) }}{{ ", resolved" if p.resolved }}){{ "; " if not loop.last }}{% endfor %}.</p>{% endif %}
+{% if c.pairs %}<p>Resolved pairs at delay 32 (each report's exact permutation tests, Holm within the report):</p>
+<ul>{% for p in c.pairs %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
 {% for f in c.figures %}<figure><img src="{{ f }}" alt="{{ f }}"><figcaption>{{ f }}</figcaption></figure>{% endfor %}
 {% endfor %}</main></body></html>
 """
