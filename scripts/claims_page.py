@@ -255,8 +255,8 @@ problem, not Qwen3 on reasoning benchmarks. Reports: {% for r in reports %}<a hr
 {% endfor %}</tbody></table></div>
 {% for c in claims %}<h2 id="claim-{{ c.key }}">({{ c.key }}) {{ c.words }}</h2>
 <p><b>Verdict: <span class="verdict">{{ c.verdict }}</span>.</b> {{ c.experiment }}</p>
-<p>{{ c.statistic }}</p>
-{% if c.detail is defined %}<p class="hint">{{ c.detail }}</p>{% endif %}
+<p>{{ c.detail if c.detail is defined else c.statistic }}</p>
+{% if c.rule is defined %}<p class="hint">Rule: {{ c.rule }}</p>{% endif %}
 {% if c.lab is defined %}<p class="hint">Lab illustration (verdict there: {{ c.lab.verdict }}): {{ c.lab.detail }}</p>{% endif %}
 {% if c.replication is defined %}<p>Pre-registered replication, ε grid at ε 0.2: {{ c.replication.verdict }};
 {% for p in c.replication.pairs %}{{ p.rescaler }} − {{ p.other }} = {{ "%+.3f"|format(p.diff) }} (p_Holm {{ "%.2g"|format(p.p_holm) }}{{ ", resolved" if p.resolved }}){{ "; " if not loop.last }}{% endfor %}.</p>{% endif %}
