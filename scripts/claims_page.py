@@ -122,7 +122,8 @@ def eps_claim(eps: Path) -> dict[str, Any]:
         readings = cv.eps_readings(load_results(path))
     (rescaler, r), = readings.items()                 # the grid holds one group rescaler
     conf = f"{100 * r['confidence']:.1f}%"
-    text = "; ".join(f"D({c}) = {x['D']:+.3f} [{conf} CI {x['lo']:+.3f}, {x['hi']:+.3f}]" for c, x in r["clippers"].items())
+    text = "; ".join(f"D({c}) = {x['D']:+.3f} [{conf} CI {x['lo']:+.3f}, {x['hi']:+.3f}]"
+                     for c, x in r["clippers"].items())
     return {"verdict": r["verdict"], "statistic": f"S({rescaler}) = {r['S_rescaler']:+.3f}; {text}", "reading": r}
 
 

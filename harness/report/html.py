@@ -93,8 +93,9 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     papers = paper.paper_tables(a, res.suite)
     exports = paper.write_exports(papers, res.name, out_dir)
 
-    context = {**_page_context(res, a, figures, extras, prov, rendered, papers, exports), "docs_url": docs_url(out_dir)}
+    context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
     context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
+    context["docs_url"] = docs_url(out_dir)
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
