@@ -34,7 +34,7 @@ from harness.lab.sweep_file import read_sweeps, suite_sweep_inputs  # noqa: E402
 from harness.report.heatmaps import _heat  # noqa: E402
 from harness.report.html import TEMPLATES  # noqa: E402
 from harness.report.load import load_results  # noqa: E402
-from harness.report.plotting import DPI, MIN_WIDTH_IN, estimator_style  # noqa: E402
+from harness.report.plotting import DPI, MIN_WIDTH_IN, estimator_style, fitted  # noqa: E402
 from harness.store.archive import open_archive  # noqa: E402
 from harness.store.trialdir import read_object  # noqa: E402
 
@@ -66,6 +66,27 @@ CLAIMS = {  # the abstract's words, as issue 35 numbers them; the experiment tha
     "f": ("GMC-GRPO is best among stable baselines under large delays.",
           "The committed v2 tables at delay 32 (one update per batch, ε 0.2, G 16, 13-token responses), and the "
           "ε grid's cells at ε 0.2 as a pre-registered replication."),
+}
+
+
+FIGURES = {  # claim -> (file relative to reports/claims/, caption); a file not committed is left out
+    "a": [("lab/lab_bias_vs_eps.png", "Lab: bias against plain trajectory IS, and each kind's weight distortion, "
+                                      "against ε (G 16, KL 0.5), ±1.96 Monte Carlo SE")],
+    "b": [("lab/lab_bias_vs_outcome.png", "Lab, delay > 0: relative bias and relative second moment against "
+                                          "suboptimality, one point per trial"),
+          ("lab/lab_convergence.png", "Lab: suboptimality against delay, and learning curves at the largest delay")],
+    "c": [("eps/heatmap_delay_eps.png", "Benchmark v2: final held-out accuracy over delay × ε per estimator (IQM "
+                                        "over 6 seeds; the on-policy row first)"),
+          ("lab/lab_bias_vs_eps.png", "Lab illustration: bias against ε per kind")],
+    "d": [("gap_vs_g.png", "Benchmark v2: gap = on-policy − delay-32 accuracy (means over 6 seeds, ±1.96 SE) "
+                           "against G, each kind's fit c·G^p, and the claimed rate G^(−2/5) through the rescaler's "
+                           "fit at the smallest G"),
+          ("heatmap_delay_g.png", "Benchmark v2: final held-out accuracy, mean ± SD over 6 seeds, on-policy row "
+                                  "first, delay-32 rows per estimator, over G (each estimator's lr tuned per G)")],
+    "e": [("lab/lab_bias_vs_g.png", "Lab: bias against plain trajectory IS against G at KL 0.2, 0.5, 1.0, ±1.96 "
+                                    "Monte Carlo SE, with each fit")],
+    "f": [(f"../{TABLES[-1]}/final_accuracy_intervals.png", "The follow-up table (v2, delay 32, 8 new seeds): final "
+                                                            "accuracy per estimator, IQM with its 95% CI")],
 }
 
 
@@ -178,7 +199,8 @@ def _g_figures(r: dict[str, Any], out: Path) -> None:
     text = [[f"{c.mean():.3f}\n±{c.std(ddof=1):.3f}" for c in row] for row in cells]
     fig = Figure(figsize=(MIN_WIDTH_IN, 0.55 * len(rows) + 1.0), dpi=DPI)
     ax = fig.add_subplot(1, 1, 1)
-    _heat(ax, mean, text, [f"G = {g:g}" for g in G], rows, "crest", (float(mean.min()) - 0.02, float(mean.max())))
+    _heat(ax, mean, text, [f"G = {g:g}" for g in G], rows, "viridis", fitted(mean.ravel(), margin=0))
+    ax.axhline(0.5, color="white", lw=3)                             # the on-policy row apart, as in the reports
     fig.subplots_adjust(left=0.22, right=0.98, bottom=0.08, top=0.95)
     fig.savefig(out / "heatmap_delay_g.png")
 
@@ -220,12 +242,8 @@ def build(out: Path, lab: Path, eps: Path, g_dirs: list[Path]) -> dict[str, Any]
     page = []
     for key in sorted(claims):
         words, experiment = CLAIMS[key]
-        figures = {"a": ["lab/lab_bias_vs_eps.png"], "b": ["lab/lab_bias_vs_outcome.png", "lab/lab_convergence.png"],
-                   "c": ["eps/heatmap_delay_eps.png", "lab/lab_bias_vs_eps.png"],
-                   "d": ["gap_vs_g.png", "heatmap_delay_g.png"], "e": ["lab/lab_bias_vs_g.png"],
-                   "f": [f"../{TABLES[-1]}/final_accuracy_intervals.png"]}[key]
         page.append({"key": key, "words": words, "experiment": experiment, "pairs": [], **claims[key],
-                     "figures": [f for f in figures if (out / f).is_file()]})
+                     "figures": [(f, caption) for f, caption in FIGURES[key] if (out / f).is_file()]})
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(PAGE).render(claims=page, css=(TEMPLATES / "style.css").read_text(encoding="utf-8"),
                                         reports=[d for d in ["lab", "eps", *(f"g{g}" for g in G_SIZES)]
@@ -263,7 +281,7 @@ problem, not Qwen3 on reasoning benchmarks. Reports: {% for r in reports %}<a hr
 {% for p in c.replication.pairs %}{{ p.rescaler }} − {{ p.other }} = {{ "%+.3f"|format(p.diff) }} (p_Holm {{ "%.2g"|format(p.p_holm) }}{{ ", resolved" if p.resolved }}){{ "; " if not loop.last }}{% endfor %}.</p>{% endif %}
 {% if c.pairs %}<p>Resolved pairs at delay 32 (each report's exact permutation tests, Holm within the report):</p>
 <ul>{% for p in c.pairs %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
-{% for f in c.figures %}<figure><img src="{{ f }}" alt="{{ f }}"><figcaption>{{ f }}</figcaption></figure>{% endfor %}
+{% for f, caption in c.figures %}<figure><img src="{{ f }}" alt="{{ f }}"><figcaption>{{ caption }} ({{ f }})</figcaption></figure>{% endfor %}
 {% endfor %}</main></body></html>
 """
 
