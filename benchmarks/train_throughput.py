@@ -49,7 +49,8 @@ numerics.pin()   # the trials' float path for both systems (STALEBENCH_FLOAT_PAT
 import torch  # noqa: E402
 
 from harness.config.run import RunConfig, build_run_config
-from harness.bases.models import load_model, model_path
+from harness.bases import base_identity
+from harness.bases.models import load_model
 from harness.tasks import make_task
 from harness.trial.trainer import Trainer
 
@@ -119,7 +120,7 @@ class TRLPeer:
 
         self.name = f"TRL {trl.__version__} GRPOTrainer"
         cfg = run_config(args)
-        model, tokenizer = load_model(model_path(cfg.model), cfg.model.dtype)
+        model, tokenizer = load_model(base_identity(cfg.model)[0], cfg.model.dtype)
         task = make_task(cfg.task.name)
         problems = task.problems("train", 4096, args.seed)
         dataset = Dataset.from_dict({"prompt": [p.prompt for p in problems],      # plain text, not conversational
