@@ -174,10 +174,7 @@ def _g_figures(r: dict[str, Any], out: Path) -> None:
     fig = Figure(figsize=(MIN_WIDTH_IN, 3.6), dpi=DPI)
     ax = fig.add_subplot(1, 1, 1)
     for n, e in r["estimators"].items():
-        stale = [np.asarray(v) for v in e["stale"]]
-        gap = np.array([a.mean() - b.mean() for a, b in zip(on, stale)])
-        se = np.array([math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) for a, b in zip(on, stale)])
-        ax.errorbar(G, gap, 1.96 * se, color=style[n].colour, marker=style[n].marker, capsize=3, ls="none",
+        ax.errorbar(G, e["gap"], 1.96 * np.asarray(e["gap_se"]), color=style[n].colour, marker=style[n].marker, capsize=3, ls="none",
                     label=f"{n}" + (f": p = {_ci(e)}" if e.get("kind") else " (neither kind: not fitted)"))
         if e.get("kind") and math.isfinite(e["p"]):
             grid = np.geomspace(G.min(), G.max(), 50)

@@ -92,10 +92,16 @@ def sensitivity_verdict(acc: Mapping[str, Mapping[float, np.ndarray]], rescaler:
     return {"verdict": verdict, "S_rescaler": s_r, "clippers": rows, "confidence": 1 - level}
 
 
-def gap_verdict(G: list[int], on_policy: list[np.ndarray], stale: list[np.ndarray]) -> dict[str, Any]:
-    """Claim (d) for one estimator: on_policy[k], stale[k] are final accuracies (seeds) at group size G[k]."""
+def gaps(on_policy: list[np.ndarray], stale: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """gap(G) = mean on-policy − mean stale accuracy at each G, and its SE (Welch: the two cells' seeds apart)."""
     gap = np.array([a.mean() - b.mean() for a, b in zip(on_policy, stale)])
     se = np.array([math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size) for a, b in zip(on_policy, stale)])
+    return gap, se
+
+
+def gap_verdict(G: list[int], on_policy: list[np.ndarray], stale: list[np.ndarray]) -> dict[str, Any]:
+    """Claim (d) for one estimator: on_policy[k], stale[k] are final accuracies (seeds) at group size G[k]."""
+    gap, se = gaps(on_policy, stale)
     fit = fit_power(np.asarray(G, float), gap, se)         # fits gap = e^a·G^q and reports p = q/2
     p, lo, hi = 2 * fit["slope"], 2 * fit["lo"], 2 * fit["hi"]
     if (gap <= 0).any() or not math.isfinite(p):
@@ -156,8 +162,11 @@ def g_readings(loaded: list[SuiteResults]) -> dict[str, Any]:
                                                       for a in accs], "estimators": {}}
     for name in sorted(kind):
         stale = [next(v for (n, d, _), v in a.items() if n == name and d > 0) for a in accs]
-        fit = gap_verdict(sizes, [np.asarray(v) for v in out["on_policy"]], stale) if kind[name] else {}
-        out["estimators"][name] = {"kind": kind[name], "stale": [v.tolist() for v in stale], **fit}
+        on = [np.asarray(v) for v in out["on_policy"]]
+        gap, se = gaps(on, stale)
+        fit = gap_verdict(sizes, on, stale) if kind[name] else {}
+        out["estimators"][name] = {"kind": kind[name], "stale": [v.tolist() for v in stale], "gap": gap.tolist(),
+                                   "gap_se": se.tolist(), **fit}
     return out
 
 
