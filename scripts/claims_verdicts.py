@@ -40,13 +40,14 @@ RATE = -0.4                      # claim (d): G^(−2/5)
 N_BOOT = 10_000
 
 
-def final_accuracies(res: SuiteResults) -> dict[tuple[str, int, float], np.ndarray]:
+def final_accuracies(res: SuiteResults) -> dict[tuple[str, int, float | None], np.ndarray]:
     """(algorithm, delay, eps) -> final eval/acc per seed (the last evaluated step of each finished trial)."""
     last = res.evals.sort_values("step").groupby("trial_id").tail(1).set_index("trial_id")["eval/acc"]
-    out: dict[tuple[str, int, float], list[float]] = {}
+    out: dict[tuple[str, int, float | None], list[float]] = {}
     for r in res.trials.to_dict("records"):
         if r["status"] == "completed" and r["trial_id"] in last.index:
-            eps = float(r.get("eps", math.nan)) if r.get("eps") is not None else math.nan
+            e = r.get("eps")                          # None (or NaN from pandas) where the trial ignores ε:
+            eps = None if e is None or e != e else float(e)       # one key for them all, as NaN keys never are
             out.setdefault((str(r["algorithm"]), int(r["delay"]), eps), []).append(float(last[r["trial_id"]]))
     return {k: np.asarray(v) for k, v in out.items()}
 
