@@ -21,6 +21,15 @@ def test_gpu_projection_by_hand(tmp_path):
     # / (989e12 x 0.25 = 2.4725e14 FLOP/s) = 704,065 s = 195.6 h; with 2 GPUs per trial 97.8 h of wall time
     line = gpu_projection([SimpleNamespace(config=cfg)], 2)
     assert "projected <= 196 GPU-hours" in line and "-> 98 h of wall time" in line
+    # k = 4 minibatches add the proximal policy's forward, 2N: 10N per token, 195.6 x 10 / 8 = 244.5 h (704,065 s x 1.25 = 244.47 h); two full
+    # passes add a second forward and backward as well (6N): 16N, 391.1 h
+    mini = build_run_config({"model": {"kind": "path", "path": str(tmp_path / "Qwen3-1.7B")}, "group_size": 16,
+                             "train": {"steps": 100_000, "prompts_per_step": 8, "max_new_tokens": 744, "minibatches": 4}})
+    assert "projected <= 244 GPU-hours" in gpu_projection([SimpleNamespace(config=mini)], 1) and "10N" in \
+        gpu_projection([SimpleNamespace(config=mini)], 1)
+    passes = build_run_config({"model": {"kind": "path", "path": str(tmp_path / "Qwen3-1.7B")}, "group_size": 16,
+                               "train": {"steps": 100_000, "prompts_per_step": 8, "max_new_tokens": 744, "passes": 2}})
+    assert "projected <= 391 GPU-hours" in gpu_projection([SimpleNamespace(config=passes)], 1)
 
 
 def test_the_v2_step_figure_gives_back_the_reference_runs_own_steps(tmp_path, monkeypatch):

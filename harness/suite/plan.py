@@ -29,8 +29,9 @@ PINNED_FACTOR = 1.53
 EXTRA_UPDATE = 0.73                # a step with p full passes per batch costs 1 + EXTRA_UPDATE (p - 1) of one with p = 1
 EXTRA_MINIBATCHES = 0.33           # and, split into m > 1 minibatches, 1 + EXTRA_MINIBATCHES of that (the proximal
                                    # log-probs, m - 1 more optimizer steps; measured at m = 4, benchmarks/README.md)
-# GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N (training forward and backward), N parameters
-# (Kaplan et al. 2020, arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
+# GPU projection: FLOPs per token ~ 2N (rollout forward) + 6N per full pass (training forward and backward), + 2N
+# for the proximal policy's forward when a batch takes several updates, N parameters (Kaplan et al. 2020,
+# arXiv 2001.08361, C ~ 6N per training token); at an assumed share of one H100's dense
 # bf16 peak (989 TFLOP/s, NVIDIA's H100 SXM datasheet). Token counts are upper bounds (every response at
 # max_new_tokens), so the projection is an upper bound on arithmetic and silent on communication and idle time.
 GPU_PEAK_FLOPS, GPU_ASSUMED_MFU, PROMPT_TOKENS_ASSUMED = 989e12, 0.25, 256
@@ -130,12 +131,21 @@ def gpu_projection(trials, gpus_per_trial: float) -> str:
     if n is None:
         return "gpu: GPU-hours unknown (the model's size is neither in config.json nor in its directory name)"
     flops = sum(t.config.train.steps * t.config.train.prompts_per_step * t.config.group_size
-                * (PROMPT_TOKENS_ASSUMED + t.config.train.max_new_tokens) * 8 * n for t in trials)
+                * (PROMPT_TOKENS_ASSUMED + t.config.train.max_new_tokens) * _flops_per_token(t.config.train) * n
+                for t in trials)
     hours = flops / (GPU_PEAK_FLOPS * GPU_ASSUMED_MFU) / 3600
-    return (f"gpu: projected <= {hours:,.0f} GPU-hours of arithmetic ({n / 1e9:.2f}B parameters from {where}; 8N FLOPs "
+    per_token = sorted({_flops_per_token(t.config.train) for t in trials})
+    return (f"gpu: projected <= {hours:,.0f} GPU-hours of arithmetic ({n / 1e9:.2f}B parameters from {where}; "
+            f"{'/'.join(map(str, per_token))}N FLOPs "
             f"per token, <= {PROMPT_TOKENS_ASSUMED} prompt + max_new_tokens response tokens, "
             f"{GPU_ASSUMED_MFU:.0%} of {GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16); {gpus_per_trial:g} GPU(s) per trial "
             f"-> {hours / gpus_per_trial:,.0f} h of wall time if trials run one at a time")
+
+
+def _flops_per_token(train) -> int:
+    """FLOPs per token over N: the rollout's forward, a forward and backward per full pass, and the proximal
+    policy's forward when the batch takes several updates (passes x minibatches > 1)."""
+    return 2 + 6 * train.passes + 2 * (train.updates_per_batch > 1)
 
 
 def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
