@@ -1,9 +1,14 @@
 """The acceptance rule of build-base's learnability probe (harness/learnability.judge), on hand-made runs."""
 from __future__ import annotations
 
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
 import pytest
 
-from harness.suite.learnability import judge
+from harness.suite.learnability import judge, run_probe
 from harness.bases.models import BaseRecipe
 
 
@@ -12,6 +17,7 @@ def _run(seed, start, final, zero_adv, status="completed"):
             "len_mean": 13.0, "entropy_step1": 0.5, "step_s": 0.3}
 
 
+V2A = Path(__file__).resolve().parents[1] / "harness" / "bases" / "tiny-cumsum-v2a"
 RECIPE = BaseRecipe(name="t", task="cumsum", probe_seeds=3, probe_steps=150)   # rule: gain>=0.30, SD<=0.03, zero-adv<=0.30
 
 
@@ -35,19 +41,47 @@ def test_a_diverged_probe_run_rejects():
     assert not record["accepted"] and record["reasons"][0].startswith("a probe run did not complete")
 
 
-def test_the_probe_trains_from_a_candidate_directory_without_a_trial_directory(tmp_path):
+@pytest.mark.parametrize("forward", ["hf", "lean3"])
+def test_the_probe_trains_from_a_candidate_directory_without_a_trial_directory(tmp_path, forward):
     """run_probe end to end for 2 steps on the frozen v2 base: the trainer's side rows (version trace, log-ratio
-    histograms) go through the probe's in-memory log, never to the candidate's missing probe directory."""
-    import shutil
-    from pathlib import Path
-
-    from harness.suite.learnability import run_probe
-
-    base = Path(__file__).resolve().parents[1] / "harness" / "bases" / "tiny-cumsum-v2a"
+    histograms) go through the probe's in-memory log, never to the candidate's missing probe directory; on
+    the transformers forward (v2's probes) and engine 3 (v3's), a model from a path."""
     candidate = tmp_path / "candidate"
-    shutil.copytree(base, candidate)
-    recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=2, probe_eval_every=1)
+    shutil.copytree(V2A, candidate)
+    recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=2, probe_eval_every=1,
+                        probe_forward=forward)
     record = run_probe(candidate, recipe, max_new_tokens=21, say=lambda line: None)
     assert [r["status"] for r in record["runs"]] == ["completed", "completed"]
     assert [[s for s, _ in r["curve"]] for r in record["runs"]] == [[0, 1, 2], [0, 1, 2]]
     assert not list(candidate.glob("probe-seed*"))
+
+
+def test_a_build_stopped_during_its_probe_resumes_at_the_probe(tmp_path, monkeypatch):
+    """A candidate already warm-started and saved with this recipe (.candidate-<name>, its files intact) is probed
+    again without a new warm start; one saved with another recipe, or with a changed file, is not reused."""
+    import harness.bases.models as models
+    import harness.suite.learnability as learnability
+
+    monkeypatch.setattr(models, "CANDIDATES", tmp_path / "candidates.jsonl")
+    recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=1, probe_eval_every=1,
+                        probe_min_gain=-1.0, probe_max_seed_sd=1.0, probe_max_zero_adv=1.0)
+    out = tmp_path / "bases" / "t"
+    candidate = tmp_path / "bases" / ".candidate-t"
+    shutil.copytree(V2A, candidate)
+    manifest = json.loads((candidate / "base.json").read_text())
+    (candidate / "base.json").write_text(json.dumps({**manifest, "recipe": asdict(recipe)}))
+    assert learnability.saved_candidate(candidate, recipe) is not None
+    assert learnability.saved_candidate(candidate, BaseRecipe(name="t", task="cumsum", warmup_seed=5)) is None
+
+    def no_warm_start(*args):
+        raise AssertionError("the saved candidate should have been reused")
+    monkeypatch.setattr(learnability, "warm_start_base", no_warm_start)
+    built = learnability.build_probed_base(recipe, out)
+    assert built["sha256"] == manifest["sha256"] and built["probe"]["accepted"] and (out / "model.safetensors").is_file()
+    assert not candidate.exists()
+    line = json.loads((tmp_path / "candidates.jsonl").read_text())
+    assert line["accepted"] and line["sha256"] == manifest["sha256"]
+
+    shutil.copytree(out, candidate)                                  # a damaged file: not reused
+    (candidate / "model.safetensors").write_bytes(b"x")
+    assert learnability.saved_candidate(candidate, recipe) is None

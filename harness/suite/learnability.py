@@ -22,10 +22,11 @@ import os
 import shutil
 import statistics
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harness.bases import MANIFEST, BaseModelError
+from harness.bases import MANIFEST, BaseModelError, sha256_file
 from harness.config.run import build_run_config
 from harness.bases.models import CANDIDATES, record_candidate, save_base, warm_start_base
 from harness.tasks import make_task
@@ -117,13 +118,29 @@ def judge(runs: list[dict[str, Any]], recipe: Any) -> dict[str, Any]:
             "step_s": round(statistics.median(r["step_s"] for r in runs), 4), "runs": runs}
 
 
+def saved_candidate(candidate: Path, recipe: Any) -> dict | None:
+    """The manifest of the candidate saved at `candidate` when it was warm-started by this very recipe and its
+    files are intact (a build stopped during its probe), else None."""
+    try:
+        manifest = json.loads((candidate / MANIFEST).read_text())
+        intact = all(sha256_file(candidate / name) == digest for name, digest in manifest["files"].items())
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return None
+    return manifest if intact and manifest.get("recipe") == asdict(recipe) else None
+
+
 def build_probed_base(recipe: Any, out: Path) -> dict:
     """Build candidate base `recipe` (a models.BaseRecipe with probe_seeds > 0), save it beside `out`, probe its
-    learnability, and move it to `out` only if the probe is accepted; returns the manifest."""
-    model, tokenizer, steps, acc, start = warm_start_base(recipe, out)
+    learnability, and move it to `out` only if the probe is accepted; returns the manifest. A candidate this
+    recipe already warm-started and saved (`saved_candidate`) is probed again instead of rebuilt."""
     candidate = out.with_name(f".candidate-{out.name}")
-    shutil.rmtree(candidate, ignore_errors=True)
-    manifest = save_base(model, tokenizer, recipe, candidate, steps, acc, time.time() - start)
+    manifest = saved_candidate(candidate, recipe)
+    if manifest is None:
+        model, tokenizer, steps, acc, start = warm_start_base(recipe, out)
+        shutil.rmtree(candidate, ignore_errors=True)
+        manifest = save_base(model, tokenizer, recipe, candidate, steps, acc, time.time() - start)
+    else:
+        start = time.time() - manifest["build_s"]
     max_new_tokens = getattr(make_task(recipe.task, eval_size=recipe.eval_size), "max_response_tokens", 8)
     probe = run_probe(candidate, recipe, max_new_tokens)
     summary = {k: manifest[k] for k in ("sha256", "warmup_steps", "validation_acc", "eval_acc",
