@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import harness.suite.learnability as learnability
 from harness.suite.learnability import judge, run_probe
 from harness.bases.models import BaseRecipe
 
@@ -49,7 +50,8 @@ def test_the_probe_trains_from_a_candidate_directory_without_a_trial_directory(t
     candidate = tmp_path / "candidate"
     shutil.copytree(V2A, candidate)
     recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=2, probe_eval_every=1,
-                        probe_forward=forward)
+                        probe_forward=forward, probe_temperature=0.7)
+    assert learnability.probe_config(candidate, recipe, 0, 21).train.temperature == 0.7
     record = run_probe(candidate, recipe, max_new_tokens=21, say=lambda line: None)
     assert [r["status"] for r in record["runs"]] == ["completed", "completed"]
     assert [[s for s, _ in r["curve"]] for r in record["runs"]] == [[0, 1, 2], [0, 1, 2]]
@@ -60,7 +62,6 @@ def test_a_build_stopped_during_its_probe_resumes_at_the_probe(tmp_path, monkeyp
     """A candidate already warm-started and saved with this recipe (.candidate-<name>, its files intact) is probed
     again without a new warm start; one saved with another recipe, or with a changed file, is not reused."""
     import harness.bases.models as models
-    import harness.suite.learnability as learnability
 
     monkeypatch.setattr(models, "CANDIDATES", tmp_path / "candidates.jsonl")
     recipe = BaseRecipe(name="t", task="cumsum", eval_size=8, probe_seeds=2, probe_steps=1, probe_eval_every=1,
@@ -72,6 +73,8 @@ def test_a_build_stopped_during_its_probe_resumes_at_the_probe(tmp_path, monkeyp
     (candidate / "base.json").write_text(json.dumps({**manifest, "recipe": asdict(recipe)}))
     assert learnability.saved_candidate(candidate, recipe) is not None
     assert learnability.saved_candidate(candidate, BaseRecipe(name="t", task="cumsum", warmup_seed=5)) is None
+    other_probe = BaseRecipe(**{**asdict(recipe), "probe_temperature": 0.7})     # the same weights, another probe
+    assert learnability.saved_candidate(candidate, other_probe)["recipe"]["probe_temperature"] == 0.7
 
     def no_warm_start(*args):
         raise AssertionError("the saved candidate should have been reused")

@@ -3,7 +3,10 @@
 A candidate base (a warm start, harness/bases/models.py) is trained with on-policy grpo — delay 0, one update per
 batch, the benchmark's batch shape — for `probe_steps` steps on each of `probe_seeds` seeds, one after
 another in this process, with the ordinary trainer (harness/trial/trainer.py; model.forward: the recipe's
-`probe_forward`, transformers by default). It is frozen only if the probe meets the recipe's acceptance rule,
+`probe_forward`, transformers by default; sampling temperature `probe_temperature`, 1 by default). A warm
+start already saved beside its destination is probed again rather than rebuilt (`saved_candidate`: a build
+stopped during its probe, or the same weights under another probe rule, recorded as a new line). It is
+frozen only if the probe meets the recipe's acceptance rule,
 fixed before any probe runs:
 
 1. gain: mean over seeds of (final held-out greedy accuracy − the base's) ≥ `probe_min_gain`, on the
@@ -62,7 +65,8 @@ def probe_config(model_dir: Path, recipe: Any, seed: int, max_new_tokens: int):
         "model": {"kind": "path", "path": str(model_dir), "forward": recipe.probe_forward},
         "task": {"name": recipe.task, "eval_size": recipe.eval_size},
         "train": {"steps": recipe.probe_steps, "prompts_per_step": PROBE_PROMPTS, "lr": recipe.probe_lr,
-                  "max_new_tokens": max_new_tokens, "checkpoint_every": 0, "threads": 1},
+                  "max_new_tokens": max_new_tokens, "checkpoint_every": 0, "threads": 1,
+                  "temperature": recipe.probe_temperature},
         "eval": {"every_steps": recipe.probe_eval_every, "split": probe_split(recipe.task)}})
 
 
@@ -108,7 +112,8 @@ def judge(runs: list[dict[str, Any]], recipe: Any) -> dict[str, Any]:
         reasons.append(f"zero-advantage groups {zero_adv:.3f} > {recipe.probe_max_zero_adv}")
     rule = {"estimator": PROBE_ESTIMATOR, "split": probe_split(recipe.task), "delay": 0,
             "prompts_per_step": PROBE_PROMPTS, "group_size": PROBE_GROUP,
-            "steps": recipe.probe_steps, "lr": recipe.probe_lr, "seeds": recipe.probe_seeds,
+            "steps": recipe.probe_steps, "lr": recipe.probe_lr, "temperature": recipe.probe_temperature,
+            "seeds": recipe.probe_seeds,
             "min_gain": recipe.probe_min_gain, "max_seed_sd": recipe.probe_max_seed_sd,
             "max_zero_adv": recipe.probe_max_zero_adv}
     return {"rule": rule, "accepted": not reasons, "reasons": reasons, "gain": round(gain, 4),
@@ -119,14 +124,21 @@ def judge(runs: list[dict[str, Any]], recipe: Any) -> dict[str, Any]:
 
 
 def saved_candidate(candidate: Path, recipe: Any) -> dict | None:
-    """The manifest of the candidate saved at `candidate` when it was warm-started by this very recipe and its
-    files are intact (a build stopped during its probe), else None."""
+    """The manifest of the candidate saved at `candidate` when it was warm-started as this recipe warm-starts
+    (every setting but the probe's) and its files are intact (a build stopped during its probe, or a warm start
+    probed again under another probe rule), else None. The returned manifest carries this recipe."""
     try:
         manifest = json.loads((candidate / MANIFEST).read_text())
         intact = all(sha256_file(candidate / name) == digest for name, digest in manifest["files"].items())
+        same = _warm_start(manifest["recipe"]) == _warm_start(asdict(recipe))
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         return None
-    return manifest if intact and manifest.get("recipe") == asdict(recipe) else None
+    return {**manifest, "recipe": asdict(recipe)} if intact and same else None
+
+
+def _warm_start(recipe: dict) -> dict:
+    """The settings of a recipe that make its weights: all but the probe's."""
+    return {k: v for k, v in recipe.items() if not k.startswith("probe_")}
 
 
 def build_probed_base(recipe: Any, out: Path) -> dict:
