@@ -16,7 +16,8 @@ rests on:
 3. the costs: c, the mean `perf/step_s` of the delay-D trials, and e, the seconds of one validation
    evaluation (the delay-0 trials' wall time less their steps, over their evaluations);
 4. the cut: E estimators for tuning and the main table, whether the table keeps delay D/4, and E' for the
-   k = 1 bridge and the second base's τ, by the formula of §4 on the 43,200 trial-seconds of the budget.
+   k = 1 bridge and the second base's τ, by the formula of §4 on the 43,200 trial-seconds of the budget
+   (with the correction of 2026-12-05: delay 0 runs for every estimator, as k = 4 requires).
 
 Nothing here reads an estimator other than grpo or the test split: it runs before them, and decides from
 staleness and cost alone.
@@ -119,7 +120,9 @@ def cut(budget: int, c: float, e: float) -> dict[str, object]:
     tune_s, table_s = budget * c + evals * e, budget * c + evals * e * TEST / VALIDATION
 
     def spent(n: int, delays: int) -> float:
-        return (TUNE_POINTS * TUNE_SEEDS * n + TUNE_EXTENSIONS) * tune_s + (delays * SEEDS * n + SEEDS) * table_s
+        # delay 0 runs per estimator: at k = 4 a batch's later minibatches are 1-3 updates stale even there,
+        # so no run stands for every estimator (the harness shares one only at one update per batch)
+        return (TUNE_POINTS * TUNE_SEEDS * n + TUNE_EXTENSIONS) * tune_s + ((delays + 1) * SEEDS * n) * table_s
 
     for delays in (2, 1):
         fits = [n for n in range(1, len(ORDER) + 1) if spent(n, delays) <= BUDGET_S]
