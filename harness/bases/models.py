@@ -101,7 +101,7 @@ class BaseRecipe:
     probe_max_seed_sd: float = 0.03        # sample SD of the seeds' final accuracies
     probe_max_zero_adv: float = 0.30       # mean fraction of groups with G equal rewards
     probe_forward: str = "hf"              # the probe trainer's model.forward (lean3 for v3's long responses)
-    probe_temperature: float = 1.0         # the probe's sampling temperature (train.temperature; v3's is 0.7)
+    probe_temperature: float = 1.0         # the probe's sampling temperature (train.temperature; v3's is 0.8)
 
 
 def build_base(recipe: BaseRecipe, out: Path) -> dict:
