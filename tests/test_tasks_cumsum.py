@@ -150,7 +150,28 @@ def test_each_frozen_v2_base_matches_the_task_passed_its_probe_and_shares_the_re
     first = next(c for c in candidates if c["name"] == "tiny-cumsum-v2a")["recipe"]
     differs = {k for k in first.keys() | mine[0]["recipe"].keys() if first.get(k) != mine[0]["recipe"].get(k)}
     assert differs <= {"name", "warmup_seed"}
-    assert len(V2_BASES) >= 2 and len({c["recipe"]["warmup_seed"] for c in candidates if c["accepted"]}) == len(V2_BASES)
+    v2_accepted = {c["recipe"]["warmup_seed"] for c in candidates if c["accepted"] and c["recipe"]["task"] == "cumsum"}
+    assert len(V2_BASES) >= 2 and len(v2_accepted) == len(V2_BASES)
+
+
+V3_BASES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "harness" / "bases").glob("tiny-cumsum-v3*"))
+
+
+@pytest.mark.parametrize("name", V3_BASES)
+def test_each_frozen_v3_base_passed_its_probe_on_validation_and_is_the_last_verdict_on_its_weights(name) -> None:
+    """Every frozen v3 base: its files' sha256, cumsum-long's test set, a probe passed on the validation split
+    at v3's temperature (docs/benchmark-v3.md §2), and the last line in candidates.jsonl on its weights accepted."""
+    from harness.bases import BASES_DIR, verify_base
+
+    manifest = verify_base(BASES_DIR / name)
+    assert manifest["recipe"]["task"] == "cumsum-long" and manifest["eval_size"] == 2500
+    probe, rule = manifest["probe"], manifest["probe"]["rule"]
+    assert probe["accepted"] and rule["split"] == "validation" and rule["temperature"] == 0.8
+    assert probe["gain"] >= rule["min_gain"] and probe["seed_sd"] <= rule["max_seed_sd"]
+    assert probe["zero_adv_frac"] <= rule["max_zero_adv"]
+    candidates = [json.loads(line) for line in (BASES_DIR / "candidates.jsonl").read_text().splitlines()]
+    mine = [c for c in candidates if c.get("sha256") == manifest["sha256"]]
+    assert mine[-1]["accepted"] and mine[-1]["name"] == name and mine[-1]["recipe"] == manifest["recipe"]
 
 
 # cumsum-long (benchmark v3): the same task at 24-96 digits, with a validation split.
