@@ -216,3 +216,20 @@ def test_a_trial_id_with_another_config_or_a_new_trial_on_another_benchmark_is_r
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another benchmark" in err and not (tmp_path / "no").exists()
     assert not list(Path(archive.tempfile.gettempdir()).glob("stalebench-raw-*/seq_tis-d8-e0.2-g8-s1"))
+
+
+def test_the_v2_references_gmc_over_m2po_pair_stays_resolved_with_two_of_its_eight_seeds_left_out():
+    """Issue 36 counted this by hand from reports/reference-v2/raw.tar.gz: gmc_grpo > m2po at delay 32
+    (p_Holm 0.038) stays resolved in 2 of the 8 tables with one seed left out; every other pair resolved at
+    delay 32 in all 8."""
+    from harness.report import tables
+
+    d = open_archive(Path(__file__).resolve().parents[1] / "reports" / "reference-v2" / archive.ARCHIVE_NAME)
+    try:
+        pairs = {(p.delay, p.a, p.b): p for p in tables.analyse(load_results(d)).pairs if p.resolved}
+    finally:
+        shutil.rmtree(d)
+    headline = pairs[(32.0, "gmc_grpo", "m2po")]
+    assert headline.p_holm == pytest.approx(0.038, abs=5e-4)
+    assert (headline.loso_resolved, headline.loso_tables) == (2, 8)
+    assert {(k[1], k[2]) for k, p in pairs.items() if k[0] == 32.0 and p.loso_resolved < 8} == {("gmc_grpo", "m2po")}

@@ -5,6 +5,7 @@ trials, trial provenance, the paper table exports, palette and facet order."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -350,6 +351,47 @@ def test_resolved_pairs_per_delay_and_kendall_tau_across_slices(tmp_path):
     assert by_pair[("gmc_grpo", "grpo")].p_holm == pytest.approx(3 * 2 / 12870)
     assert not by_pair[("grpo", "m2po")].resolved and by_pair[("grpo", "m2po")].p == pytest.approx(1.0)
     assert a.agreement.empty  # one slice
+
+
+@pytest.mark.parametrize("seeds, kept", [(4, 0), (5, 5)])
+def test_a_resolved_pair_counts_the_tables_with_one_seed_left_out_that_still_resolve_it(tmp_path, seeds, kept):
+    # One pair, separated perfectly on every seed: its p is 2 / C(2n, n). 4 seeds: 2/70 = 0.029 <= 0.05,
+    # resolved; left out one seed, 3 vs 3 can reach only 2/20 = 0.1: resolved in 0 of 4. 5 seeds: 2/252,
+    # and each 4 vs 4 table reaches 0.029 again: resolved in 5 of 5.
+    d = suite_dir(tmp_path)
+    for s in range(seeds):
+        trial(d, f"grpo-{s}", "grpo", 8, s, [0.23, 0.3 + 0.001 * s])
+        trial(d, f"gmc_grpo-{s}", "gmc_grpo", 8, s, [0.23, 0.4 + 0.001 * s])
+    a = analysis(d)
+    (pair,) = a.pairs
+    assert pair.resolved and pair.p == pytest.approx(2 / math.comb(2 * seeds, seeds))
+    assert (pair.loso_resolved, pair.loso_tables) == (kept, seeds)
+    page = build_report(d, tmp_path / "out").read_text()
+    section = page[page.index("Resolved pairs</h2>"):]
+    assert ">gmc_grpo &gt; grpo</td>" in section and f">{kept} of {seeds}</td>" in section
+
+
+def test_the_suite_chooses_the_printed_statistic_and_the_caption_says_what_the_test_compares(tmp_path):
+    # 8 seeds, grpo's first collapsed: the IQM trims it (0.5), the mean does not (0.4375); the pair test
+    # always compares means
+    def table(name: str, **report: object) -> tables.Analysis:
+        d = suite_dir(tmp_path, name, **report)
+        for s in range(8):
+            trial(d, f"grpo-{s}", "grpo", 8, s, [0.23, 0.0 if s == 0 else 0.5])
+            trial(d, f"gmc_grpo-{s}", "gmc_grpo", 8, s, [0.23, 0.6])
+        return analysis(d)
+
+    iqm = table("iqm")
+    assert iqm.cells.set_index("algorithm").loc["grpo", "final"] == pytest.approx(0.5)
+    assert "the test compares means, not the IQMs printed" in paper.paper_tables(iqm)[0].caption("x")
+    mean = table("mean", statistic="mean")
+    cell = mean.cells.set_index("algorithm").loc["grpo"]
+    assert (cell["final"], cell["statistic"], cell["ci_method"]) == (pytest.approx(0.5 * 7 / 8), "mean", "t")
+    caption = paper.paper_tables(mean)[0].caption("x")
+    assert "mean over seeds [95% Student-t CI]" in caption and "IQM" not in caption
+    with pytest.raises(ValueError, match=r"report.statistic: 'median' is not a statistic the report prints; "
+                                         r"choose one of iqm, mean"):
+        table("median", statistic="median")
 
 
 def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_path):

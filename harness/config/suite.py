@@ -45,6 +45,7 @@ SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrid
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
+STATISTICS = ("iqm", "mean")            # `report.statistic`: the cells' point estimate (ReportSection)
 DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
 OVERRIDES_SCOPES = ("all", "stale")   # where `overrides:` apply: every trial, or the stale ones only
 MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
@@ -81,10 +82,13 @@ class Resources:
 
 @dataclass(frozen=True)
 class ReportSection:
-    """The `report:` section: the collapse rules (report/collapse.py) and the estimator the probability of
-    improvement is measured against (one of the suite's estimators; default: DEFAULT_ESTIMATOR)."""
+    """The `report:` section: the collapse rules (report/collapse.py), the estimator the probability of
+    improvement is measured against (one of the suite's estimators; default: DEFAULT_ESTIMATOR), and the
+    cells' point estimate (STATISTICS: "iqm", IQM with a bootstrap interval from 5 seeds, the mean below;
+    "mean", the mean with a Student-t interval, the statistic the pair tests compare)."""
     collapse: CollapseRules = field(default_factory=CollapseRules)
     baseline: str = DEFAULT_BASELINE
+    statistic: str = "iqm"
 
 
 @dataclass(frozen=True)
@@ -361,7 +365,11 @@ def _report(value: Any, suite: Suite) -> ReportSection:
     if "baseline" in value and (not isinstance(baseline, str) or baseline not in suite.algorithms):
         raise ConfigError(f"report.baseline: {short(baseline)} is not an estimator of this suite; choose one "
                           f"of {', '.join(suite.algorithms)}")
-    return ReportSection(collapse=rules, baseline=baseline)
+    statistic = value.get("statistic", "iqm")
+    if statistic not in STATISTICS:
+        raise ConfigError(f"report.statistic: {short(statistic)} is not a statistic the report prints; choose one "
+                          f"of {', '.join(STATISTICS)}")
+    return ReportSection(collapse=rules, baseline=baseline, statistic=statistic)
 
 
 def _tune(value: Any, suite: Suite) -> TuneSpec | None:

@@ -29,7 +29,7 @@ from harness.registry import FIGURES
 from harness.store.untrusted import display, one_line
 from harness.store.untrusted_json import read_json_file
 from harness.report import figures as fig
-from harness.report import checks, importance, paper, stats, tables
+from harness.report import checks, importance, paper, resolve, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
@@ -87,7 +87,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
     figures, not_drawn = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
-    extras = [_section_record(s) for s in report_sections(res, out_dir)]
+    extras = [_section_record(s) for s in [*_resolved_pairs(a.pairs), *report_sections(res, out_dir)]]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
     papers = paper.paper_tables(a, res.suite)
@@ -220,6 +220,24 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
                     "best": [[bool(c and c.best) for c in r.cells] for r in t.rows]} for t in papers],
         "exports": exports,
     }
+
+
+def _resolved_pairs(pairs: list[resolve.PairTest]) -> list[Section]:
+    """The "Resolved pairs" section: each resolved pair, the higher estimator first, with its difference of
+    means, Holm-adjusted p and leave-one-seed-out count (resolve.py); [] when no pair is resolved."""
+    rows = [{"table": t.slice or "\u2014", "delay": show(t.delay),
+             "higher > lower": f"{t.a} > {t.b}" if t.mean_diff > 0 else f"{t.b} > {t.a}",
+             "difference of means": f"{abs(t.mean_diff):.3f}", "seeds": f"{t.seeds_a} / {t.seeds_b}",
+             "p (Holm)": f"{t.p_holm:.2g}",
+             "stays resolved, one seed left out": f"{t.loso_resolved} of {t.loso_tables}"}
+            for t in pairs if t.resolved]
+    if not rows:
+        return []
+    text = ("Every pair the paper tables resolve (exact permutation test on the seeds' mean final accuracy, "
+            f"Holm-adjusted over each table's pairs, family-wise {resolve.ALPHA:.0%}). The last column tests each "
+            "table again once per seed with that seed left out of every cell: in how many of those tables the pair "
+            "is still resolved. A pair that survives every one rests on no single seed.")
+    return [Section("Resolved pairs", [{"text": text}, {"table": {"columns": list(rows[0]), "rows": rows}}])]
 
 
 def _section_record(section: Section) -> dict[str, Any]:

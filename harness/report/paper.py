@@ -92,6 +92,7 @@ class PaperTable:
     resolved: list[tuple[int, int]]  # per delay: (resolved, tested) estimator pairs (resolve.pair_tests)
     step_sizes: str = ""  # per-estimator train.lr sentence when the suite's overrides set it (step_sizes)
     resolution_floor: str = ""  # set when the seeds cannot resolve any pair (resolve.resolution_floor)
+    iqm: bool = False  # some cell prints an IQM (report.statistic iqm, 5 seeds or more), not the tested mean
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
@@ -99,7 +100,9 @@ class PaperTable:
         seeds = (f"{hi} seed" + ("s" if hi != 1 else "")) if lo == hi else f"{lo}-{hi} seeds"
         where = f" ({self.slice})" if self.slice else ""
         top = show(self.delays[-1]) if self.delays else DASH
-        text = (f"{suite}{where}: final held-out accuracy [95% CI] by delay, {seeds} per cell. "
+        point = ("IQM over seeds [95% bootstrap CI] (the mean [Student-t CI] in cells with fewer than "
+                 f"{stats.MIN_CONFIDENT_SEEDS} seeds)" if self.iqm else "mean over seeds [95% Student-t CI]")
+        text = (f"{suite}{where}: final held-out accuracy, {point}, by delay, {seeds} per cell. "
                 f"Gain retained = (acc at delay {top} - base) / (acc at delay 0 - base), base = the trials' "
                 "step-0 accuracy; "
                 "delay AUC = mean accuracy over log2(1 + delay). Bold: highest in its column (not a "
@@ -108,7 +111,8 @@ class PaperTable:
         if tested:
             text += (f" Resolved pairs: K/M of the M estimator pairs at that delay differ (two-sided exact "
                      f"permutation test on the seeds' mean final accuracy, Holm-adjusted over the table's "
-                     f"{tested} pairs, family-wise {resolve.ALPHA:.0%}).")
+                     f"{tested} pairs, family-wise {resolve.ALPHA:.0%})"
+                     + ("; the test compares means, not the IQMs printed." if self.iqm else "."))
             if self.resolution_floor:
                 text += " " + self.resolution_floor
         if self.low_confidence:
@@ -159,7 +163,8 @@ def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
                               sorted(set(filter(None, part["shared_note"]))),
                               resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays]),
                               step_sizes(suite, algos) if suite is not None else "",
-                              resolve.resolution_floor(a.pairs, str(s))))
+                              resolve.resolution_floor(a.pairs, str(s)),
+                              bool((part["statistic"] == "IQM").any())))
     return out
 
 

@@ -14,13 +14,18 @@ ignores how far apart the seeds are.
 Pairs whose cells are the same trials (the shared on-policy trial at delay 0 standing for every
 estimator) are not tested: they are one measurement.
 
+*Leave-one-seed-out stability.* A resolved pair may rest on one seed. For each seed of a table that
+resolves any pair, the whole table is tested again without that seed (every cell loses it; Holm over the
+pairs still testable), and each pair records in how many of those tables it stays resolved
+(``loso_resolved`` of ``loso_tables``): 8 of 8 says no single seed carries it, 2 of 8 that most do.
+
 *Ranking agreement.* Between every two slices (for a grid over ``model.base``: every two bases), Kendall's
 tau-b between the estimators' values at the largest delay (``stats.kendall_tau``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 import numpy as np
@@ -46,29 +51,45 @@ class PairTest:
     p: float  # permutation test, two-sided
     p_holm: float  # Holm-adjusted over the table's pairs
     resolved: bool
+    loso_resolved: int = 0  # tables with one seed left out in which the pair is still resolved
+    loso_tables: int = 0  # tables with one seed left out (0: the table resolves no pair, so none was made)
 
 
 def pair_tests(cell_trials: pd.DataFrame) -> list[PairTest]:
     """Every testable pair of every table (slice) of ``cell_trials`` (``tables.expand_shared`` rows with
-    ``slice``, ``final_acc``, ``status``), with Holm's adjustment per table."""
+    ``slice``, ``final_acc``, ``status``, ``seed``), with Holm's adjustment per table and, where the table
+    resolves a pair, each pair's leave-one-seed-out count."""
     done = cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]
     out: list[PairTest] = []
     for slice_label, part in done.groupby("slice", sort=True):
-        raw = []
-        for delay, at in part.groupby("delay", sort=True):
-            cells = {}
-            for algo, g in at.groupby("algorithm", sort=True):
-                finals = g["final_acc"].to_numpy(dtype=float)
-                cells[str(algo)] = (finals[~np.isnan(finals)], frozenset(g["trial_id"]))
-            for a, b in combinations(sorted(cells), 2):
-                (x, ids_a), (y, ids_b) = cells[a], cells[b]
-                if ids_a == ids_b or x.size < 2 or y.size < 2:
-                    continue
-                raw.append((float(delay), a, b, x, y, stats.permutation_p(x, y)))
-        adjusted = stats.holm(np.array([r[-1] for r in raw]))
-        out += [PairTest(str(slice_label), d, a, b, x.size, y.size, float(x.mean() - y.mean()), p, float(q),
-                         bool(q <= ALPHA)) for (d, a, b, x, y, p), q in zip(raw, adjusted)]
+        tests = _table_tests(part)
+        loso: dict[tuple[float, str, str], int] = {}
+        seeds = sorted(part["seed"].dropna().unique()) if "seed" in part else []
+        if any(t.resolved for t in tests) and len(seeds) > 1:
+            for seed in seeds:
+                for t in _table_tests(part[part["seed"] != seed]):
+                    loso[(t.delay, t.a, t.b)] = loso.get((t.delay, t.a, t.b), 0) + t.resolved
+        out += [replace(t, slice=str(slice_label), loso_resolved=loso.get((t.delay, t.a, t.b), 0),
+                        loso_tables=len(seeds) if loso else 0) for t in tests]
     return out
+
+
+def _table_tests(part: pd.DataFrame) -> list[PairTest]:
+    """The pair tests of one table's finished trials, Holm-adjusted together (slice left blank)."""
+    raw = []
+    for delay, at in part.groupby("delay", sort=True):
+        cells = {}
+        for algo, g in at.groupby("algorithm", sort=True):
+            finals = g["final_acc"].to_numpy(dtype=float)
+            cells[str(algo)] = (finals[~np.isnan(finals)], frozenset(g["trial_id"]))
+        for a, b in combinations(sorted(cells), 2):
+            (x, ids_a), (y, ids_b) = cells[a], cells[b]
+            if ids_a == ids_b or x.size < 2 or y.size < 2:
+                continue
+            raw.append((float(delay), a, b, x, y, stats.permutation_p(x, y)))
+    adjusted = stats.holm(np.array([r[-1] for r in raw]))
+    return [PairTest("", d, a, b, x.size, y.size, float(x.mean() - y.mean()), p, float(q), bool(q <= ALPHA))
+            for (d, a, b, x, y, p), q in zip(raw, adjusted)]
 
 
 def resolved_counts(tests: list[PairTest], slice_label: str, delays: list[float]) -> list[tuple[int, int]]:

@@ -106,15 +106,17 @@ def t_interval(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, fl
     return float(x.mean() - half), float(x.mean() + half)
 
 
-def estimate(x: np.ndarray, seed: int = 0, bounds: tuple[float, float] = (0.0, 1.0)) -> Estimate:
+def estimate(x: np.ndarray, seed: int = 0, bounds: tuple[float, float] = (0.0, 1.0),
+             statistic: str = "iqm") -> Estimate:
     """The report's point estimate and 95% interval of one cell's per-seed values ``x`` (n,).
 
-    n >= MIN_CONFIDENT_SEEDS: IQM with a percentile bootstrap interval (rliable's choice, via scipy).
-    2 <= n < MIN_CONFIDENT_SEEDS: mean with a Student-t interval. At n <= 3 the IQM *is* the mean (no
-    value is trimmed) and the percentile bootstrap covers the truth far less often than 95% (measured on
-    normal seeds: 51% at n=2, 75% at n=3, 88% at n=4) while the t interval keeps ~95% (docs/report.md).
-    n = 1: the value, no interval. n = 0: NaN. NaN values are dropped; intervals are clipped to
-    ``bounds`` (accuracy lies in 0..1).
+    statistic "iqm" (the default): n >= MIN_CONFIDENT_SEEDS: IQM with a percentile bootstrap interval
+    (rliable's choice, via scipy). 2 <= n < MIN_CONFIDENT_SEEDS: mean with a Student-t interval. At n <= 3
+    the IQM *is* the mean (no value is trimmed) and the percentile bootstrap covers the truth far less often
+    than 95% (measured on normal seeds: 51% at n=2, 75% at n=3, 88% at n=4) while the t interval keeps ~95%
+    (docs/report.md). statistic "mean": the mean with a Student-t interval at every n >= 2 (what the pair
+    tests compare, resolve.py). n = 1: the value, no interval. n = 0: NaN. NaN values are dropped; intervals
+    are clipped to ``bounds`` (accuracy lies in 0..1).
     """
     x = np.asarray(x, dtype=float)
     x = x[~np.isnan(x)]
@@ -123,7 +125,7 @@ def estimate(x: np.ndarray, seed: int = 0, bounds: tuple[float, float] = (0.0, 1
         return Estimate(float("nan"), float("nan"), float("nan"), 0, "mean", "none")
     if n == 1:
         return Estimate(float(x[0]), float("nan"), float("nan"), 1, "mean", "none")
-    if n < MIN_CONFIDENT_SEEDS:
+    if n < MIN_CONFIDENT_SEEDS or statistic == "mean":
         point, (lo, hi), name, method = float(x.mean()), t_interval(x), "mean", "t"
     else:
         point, (lo, hi), name, method = float(iqm(x)), bootstrap_ci(x, iqm, seed=seed), "IQM", "bootstrap"

@@ -198,9 +198,10 @@ def status_counts(statuses: pd.Series) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order)
 
 
-def cell_table(cells_in: pd.DataFrame, keys: list[str], baseline: str, seed: int = 0) -> pd.DataFrame:
+def cell_table(cells_in: pd.DataFrame, keys: list[str], baseline: str, seed: int = 0,
+               statistic: str = "iqm") -> pd.DataFrame:
     """One row per cell of ``cells_in`` (``expand_shared`` rows): the final-accuracy estimate and
-    interval (``stats.estimate``), IQM/mean final, IQM best and AUC, collapse counts, median steps to
+    interval (``stats.estimate`` of ``statistic``), IQM/mean final, IQM best and AUC, collapse counts, median steps to
     collapse, PoI vs ``baseline`` in the same other-keys cell with its bootstrap CI, status counts and
     the shared-trial note. ``keys`` are the cell keys (``SuiteResults.param_keys``)."""
     other = varying_keys(cells_in, keys)
@@ -209,7 +210,7 @@ def cell_table(cells_in: pd.DataFrame, keys: list[str], baseline: str, seed: int
         cell = dict(zip(keys, cell_values if isinstance(cell_values, tuple) else (cell_values,)))
         done = group[group["status"].isin(FINISHED)]
         final = _finite(done["final_acc"])
-        e = stats.estimate(final, seed=seed)
+        e = stats.estimate(final, seed=seed, statistic=statistic)
         rows.append({
             **cell,
             "config": config_label(cell, other),
@@ -334,7 +335,8 @@ def analyse(res: SuiteResults) -> Analysis:
     trials["config"] = [config_label(r, other) if r["has_params"] else "" for r in trials.to_dict("records")]
     cell_trials["config"] = [config_label(r, other) for r in cell_trials.to_dict("records")]
     cell_trials["slice"] = [slice_label(r, other) for r in cell_trials.to_dict("records")]
-    cells = families.annotate(cell_table(cell_trials, res.param_keys, res.settings.baseline), res)
+    cells = families.annotate(cell_table(cell_trials, res.param_keys, res.settings.baseline,
+                                         statistic=res.settings.statistic), res)
     board, top_delay = leaderboard(cells)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
                     res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay))
