@@ -63,14 +63,14 @@ def pair_tests(cell_trials: pd.DataFrame) -> list[PairTest]:
     out: list[PairTest] = []
     for slice_label, part in done.groupby("slice", sort=True):
         tests = _table_tests(part)
-        loso: dict[tuple[float, str, str], int] = {}
         seeds = sorted(part["seed"].dropna().unique()) if "seed" in part else []
-        if any(t.resolved for t in tests) and len(seeds) > 1:
-            for seed in seeds:
-                for t in _table_tests(part[part["seed"] != seed]):
-                    loso[(t.delay, t.a, t.b)] = loso.get((t.delay, t.a, t.b), 0) + t.resolved
-        out += [replace(t, slice=str(slice_label), loso_resolved=loso.get((t.delay, t.a, t.b), 0),
-                        loso_tables=len(seeds) if loso else 0) for t in tests]
+        left_out = seeds if any(t.resolved for t in tests) and len(seeds) > 1 else []
+        kept: dict[tuple[float, str, str], int] = {}
+        for seed in left_out:
+            for t in _table_tests(part[part["seed"] != seed]):
+                kept[(t.delay, t.a, t.b)] = kept.get((t.delay, t.a, t.b), 0) + t.resolved
+        out += [replace(t, slice=str(slice_label), loso_resolved=kept.get((t.delay, t.a, t.b), 0),
+                        loso_tables=len(left_out)) for t in tests]
     return out
 
 
