@@ -9,6 +9,7 @@
     stalebench eval --model PATH --benchmarks gsm8k,math500
     stalebench check SUITE.yaml                    validate a suite without running it
     stalebench reproduce reports/reference --only 'delay=64'   rerun committed cells, verdict per cell
+    stalebench reproduce reports/reference-v3 --steps 64   ... or their first 64 steps
     stalebench build-base --name tiny-addrev-v2    build a new frozen base checkpoint version
 
 run, train, check and tune take `--set key=value` overrides of the suite's base (e.g. --set train.lr=3e-4);
@@ -142,6 +143,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--results", default="results", help="results root: the reruns go to RESULTS/reproduce/<suite>/")
     rp.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster address (default: local Ray)")
     rp.add_argument("--in-process", action="store_true", help="run the trials one by one in this process, without Ray")
+    rp.add_argument("--steps", type=int, default=None, metavar="N",
+                    help="rerun only each trial's first N steps (a step it evaluated at) and compare those")
     ch = sub.add_parser("check", help="validate a suite file and list its trials")
     _suite_args(ch)
     es = sub.add_parser("estimators", help="list every registered estimator with its family, source and parameters")
@@ -228,7 +231,7 @@ def _cmd_train(args) -> int:
 def _cmd_reproduce(args) -> int:
     from harness.reproduce import reproduce, run_in_process, run_in_ray
     run = run_in_process if args.in_process else run_in_ray(args.address)
-    table, rows = reproduce(Path(args.report_dir), args.only, Path(args.results), run)
+    table, rows = reproduce(Path(args.report_dir), args.only, Path(args.results), run, args.steps)
     print(table)
     return 1 if any(verdict in ("DIFFERS", "differs") for _, verdict, _ in rows) else 0
 

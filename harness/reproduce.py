@@ -20,6 +20,12 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
   >= 5 seeds a side, Welch t below); **agrees** when the interval contains 0, **differs** when it excludes
   0, **undecided** with one seed a side (no interval).
 
+**A slice** (`--steps N`): the trials rerun for their first N steps only (train.steps = N, nothing else
+changed; every trial's batches, evaluations and seeds up to step N are those of the full trial, as a shorter
+run's train problems are a prefix of a longer one's), compared with the committed rows of steps <= N, and
+on another float path with the committed accuracy at step N. The reruns go to
+<results>/reproduce/first-N-steps/<suite>/. N must be a step the committed trials evaluated at.
+
 A committed trial whose files cannot be read as numbers is **unreadable** (its cell says why); the other
 cells still get their verdicts. When REPORT_DIR holds the report's results.json, its published final
 accuracies are checked against the raw trials' (a row ``results.json``: matches, or DIFFERS naming the
@@ -43,6 +49,7 @@ from harness.config.dicts import to_dict
 from harness.store.archive import ARCHIVE_NAME as ARCHIVE, open_archive
 from harness.config.expand import Suite, Trial, load_suite_trials, select_trials
 from harness.store.trialdir import SUITE_FILE
+from harness.suite.session import write_suite_file
 from harness.store.untrusted import short
 from harness.store.untrusted_json import read_json_file
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
@@ -119,21 +126,39 @@ def _first_difference(old: list[dict[str, Any]], new: list[dict[str, Any]], what
     return None
 
 
-def check_trial(trial: Trial, committed: Path, rerun: Path) -> TrialCheck:
-    """Compare one trial's committed record with its rerun's (see the module docstring)."""
+def _sliced_status(status: dict[str, Any], steps: int | None) -> dict[str, Any]:
+    """What a rerun of the committed trial's first ``steps`` steps ends with: the committed status when the
+    trial ended by then (or no slice), else completed at ``steps``."""
+    ended = status.get("step")
+    if steps is None or (isinstance(ended, int) and not isinstance(ended, bool) and ended <= steps):
+        return status
+    return {"status": "completed", "step": steps, "diverged_step": None}
+
+
+def _upto(rows: list[dict[str, Any]], steps: int | None) -> list[dict[str, Any]]:
+    """The rows of steps <= ``steps`` (all rows without a slice)."""
+    if steps is None:
+        return rows
+    return [r for r in rows if not (isinstance(r.get("step"), (int, float)) and r["step"] > steps)]
+
+
+def check_trial(trial: Trial, committed: Path, rerun: Path, steps: int | None = None) -> TrialCheck:
+    """Compare one trial's committed record (its first ``steps`` steps for a slice) with its rerun's (see the
+    module docstring)."""
     old_dir, new_dir = committed / trial.trial_id, rerun / trial.trial_id
     new_status = trialdir.read_status(new_dir)
     if new_status.get("status") not in trialdir.FINAL:
         return TrialCheck(trial, "missing", f"the rerun ended {new_status.get('status', 'without a status')}")
     old_n, new_n = _numerics(old_dir), _numerics(new_dir)
     changed = tuple(k for k in numerics.IDENTITY if old_n.get(k) != new_n.get(k)) if old_n else ("float_path",)
-    old_status = trialdir.read_status(old_dir)
+    old_status = _sliced_status(trialdir.read_status(old_dir), steps)
     keys = ("status", "step", "diverged_step")
     if any(old_status.get(k) != new_status.get(k) for k in keys):
         return TrialCheck(trial, "differs", "status: " + ", ".join(
             f"{k} {old_status.get(k)} -> {new_status.get(k)}" for k in keys if old_status.get(k) != new_status.get(k)), changed)
-    found = (_first_difference(trialdir.read_evals(old_dir), trialdir.read_evals(new_dir), "eval")
-             or _first_difference(trialdir.read_metrics(old_dir), trialdir.read_metrics(new_dir), "metrics"))
+    found = (_first_difference(_upto(trialdir.read_evals(old_dir), steps), trialdir.read_evals(new_dir), "eval")
+             or _first_difference(_upto(trialdir.read_metrics(old_dir), steps), trialdir.read_metrics(new_dir),
+                                  "metrics"))
     return TrialCheck(trial, "differs" if found else "identical", found or "", changed)
 
 
@@ -158,8 +183,25 @@ def cell_name(trial: Trial) -> str:
                     if k != "seed" and not isinstance(v, (list, tuple))) or "(one cell)"
 
 
-def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tuple[str, str, str]]:
-    """(cell, verdict, detail) per cell, in the suite's order (see the module docstring)."""
+def _accuracies_at(results_dir: Path, trial_ids: list[str], steps: int) -> dict[str, float]:
+    """trial id -> held-out accuracy at step ``steps``, scored as the report scores a trial that ended there
+    (0 from a divergence on; NaN without an evaluation at that step)."""
+    out = {}
+    for tid in trial_ids:
+        status = trialdir.read_status(results_dir / tid)
+        diverged = status.get("diverged_step") if status.get("status") == "diverged" else None
+        if isinstance(diverged, int) and diverged <= steps:
+            out[tid] = 0.0
+            continue
+        acc = [r.get("eval/acc") for r in trialdir.read_evals(results_dir / tid) if r.get("step") == steps]
+        out[tid] = float(acc[-1]) if acc and isinstance(acc[-1], (int, float)) else float("nan")
+    return out
+
+
+def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path,
+             steps: int | None = None) -> list[tuple[str, str, str]]:
+    """(cell, verdict, detail) per cell, in the suite's order (see the module docstring); ``steps``: a slice,
+    its committed side scored at that step."""
     import numpy as np
 
     from harness.report import stats
@@ -167,8 +209,10 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
     cells: dict[str, list[TrialCheck]] = {}
     for c in checks:
         cells.setdefault(cell_name(c.trial), []).append(c)
-    old_finals, new_finals = _finals(committed), (_finals(rerun) if any(c.verdict in ("identical", "differs")
-                                                                       for c in checks) else {})
+    ran = any(c.verdict in ("identical", "differs") for c in checks)
+    old_finals = _finals(committed) if steps is None else _accuracies_at(
+        committed, [c.trial.trial_id for c in checks], steps)
+    new_finals = _finals(rerun) if ran else {}
     out = []
     for name, group in cells.items():
         n = len(group)
@@ -179,7 +223,7 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
                         f"{blocked[0].trial.trial_id}: {blocked[0].verdict} ({blocked[0].detail})"))
             continue
         if all(c.verdict == "identical" for c in group):
-            out.append((name, "identical", f"{n} trial(s), bit for bit"))
+            out.append((name, "identical", f"{n} trial(s), bit for bit" + (f" to step {steps}" if steps else "")))
             continue
         broken = [c for c in group if c.verdict == "differs" and c.same_path]
         if broken:
@@ -189,7 +233,8 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
         old = np.array([old_finals.get(c.trial.trial_id, np.nan) for c in group])   # NaN: a trial the report
         new = np.array([new_finals.get(c.trial.trial_id, np.nan) for c in group])   # could not score
         d = stats.difference_estimate(new, old)
-        means = f"final acc {old.mean():.3f} -> {new.mean():.3f} (n={n}; {_other(group)})"
+        what = "final acc" if steps is None else f"acc at step {steps}"
+        means = f"{what} {old.mean():.3f} -> {new.mean():.3f} (n={n}; {_other(group)})"
         if d.method == "none":
             out.append((name, "undecided", f"{means}: {d.point:+.3f}, no interval from one seed"))
             continue
@@ -199,11 +244,11 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path) -> list[tup
     return out
 
 
-def _checked(trial: Trial, committed: Path, rerun: Path) -> TrialCheck:
+def _checked(trial: Trial, committed: Path, rerun: Path, steps: int | None) -> TrialCheck:
     """check_trial, or an "unreadable" verdict naming the problem: a damaged committed file (a string where
     numbers belong, a list for an object) must not cost the verdicts of the other cells."""
     try:
-        return check_trial(trial, committed, rerun)
+        return check_trial(trial, committed, rerun, steps)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
         return TrialCheck(trial, "unreadable", f"{type(exc).__name__}: {short(str(exc), 120)[1:-1]}")
 
@@ -241,26 +286,65 @@ def published(report_dir: Path, committed: Path) -> list[tuple[str, str, str]]:
 Runner = Callable[[Suite, list[Trial], Path], None]
 
 
-def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner) -> tuple[str, list[tuple[str, str, str]]]:
-    """Rerun REPORT_DIR's finished trials (the --only slice) with `run(suite, trials, out_root)`, which
-    writes them to out_root/<suite>/; returns the verdict table and its rows (cell, verdict, detail)."""
+def _sliced(committed: Path, trials: list[Trial], steps: int) -> tuple[Suite, list[Trial]]:
+    """The committed suite with train.steps = ``steps`` and its ``trials`` as that suite runs them; a
+    ConfigError when a trial ran fewer steps or did not evaluate at step ``steps``."""
+    for t in trials:
+        every, planned_steps = t.config.eval.every_steps, t.config.train.steps
+        if not 0 < steps <= planned_steps:
+            raise ConfigError(f"--steps {steps}: trial {t.trial_id} ran {planned_steps} steps; pass a step in "
+                              f"[1, {planned_steps}]")
+        if steps % every and steps != planned_steps:
+            raise ConfigError(f"--steps {steps}: trial {t.trial_id} evaluated every {every} steps, not at step "
+                              f"{steps}; pass a multiple of {every}")
+    suite, every_sliced = load_suite_trials(committed / SUITE_FILE, [f"train.steps={steps}"], stored=True)
+    sliced = {t.trial_id: t for t in every_sliced}
+    for t in trials:
+        check_prefix(t, sliced[t.trial_id])
+    return suite, [sliced[t.trial_id] for t in trials]
+
+
+def check_prefix(full: Trial, sliced: Trial) -> None:
+    """A ConfigError unless the sliced trial's train problems are the first ones of the full trial's (a task
+    that draws another stream for a shorter run, e.g. addrev, would rerun other batches)."""
+    from harness.trial.batches import train_problems
+
+    task = full.config.task.build()
+    shorter = [p.uid for p in train_problems(sliced.config, task)]
+    if [p.uid for p in train_problems(full.config, task)[:len(shorter)]] != shorter:
+        raise ConfigError(f"--steps {sliced.config.train.steps}: task {full.config.task.name} draws other train "
+                          f"problems for a shorter run, so trial {full.trial_id}'s first steps cannot be rerun alone; "
+                          f"rerun whole trials (leave out --steps)")
+
+
+def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner,
+              steps: int | None = None) -> tuple[str, list[tuple[str, str, str]]]:
+    """Rerun REPORT_DIR's finished trials (the --only slice; with ``steps``, their first ``steps`` steps)
+    with `run(suite, trials, out_root)`, which writes them to out_root/<suite>/; returns the verdict table
+    and its rows (cell, verdict, detail)."""
     with committed_results(report_dir) as committed:
         suite, every = load_suite_trials(committed / SUITE_FILE, stored=True)
         rerun, refused = planned(every, committed, only)
         out_root = Path(results_root) / OUT_DIR
+        if steps is not None:
+            suite, rerun = _sliced(committed, rerun, steps)
+            out_root = out_root / f"first-{steps}-steps"
         new_dir = trialdir.suite_results_dir(out_root, suite.name)
         new_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(committed / SUITE_FILE, new_dir / SUITE_FILE)       # the same effective suite
+        write_suite_file(suite, new_dir)                                     # the same effective suite
         if rerun:
             run(suite, rerun, out_root)
-        checks = refused + [_checked(t, committed, new_dir) for t in rerun]
+        checks = refused + [_checked(t, committed, new_dir, steps) for t in rerun]
         order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])
-        rows = verdicts(checks, committed, new_dir) + published(Path(report_dir), committed)
+        rows = verdicts(checks, committed, new_dir, steps) + (
+            published(Path(report_dir), committed) if steps is None else [])
     width = max(len(r[0]) for r in rows)
     counts = {v: sum(1 for r in rows if r[1] == v) for v in dict.fromkeys(r[1] for r in rows)}
-    head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(rows)} cell(s), rerun in {new_dir}",
-            "identical: bit for bit; on another float path or CPU vendor: the difference of final accuracy and its "
+    head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(rows)} cell(s), rerun in {new_dir}"
+            + (f" (their first {steps} steps)" if steps else ""),
+            f"identical: bit for bit; on another float path or CPU vendor: the difference of "
+            f"{'final accuracy' if steps is None else f'accuracy at step {steps}'} and its "
             "95% interval (IQM bootstrap >= 5 seeds, * Welch t), 'agrees' when it contains 0 (docs/reproducibility.md)"]
     lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
     return "\n".join([*head, *lines, ", ".join(f"{v}: {n}" for v, n in counts.items())]), rows

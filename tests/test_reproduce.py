@@ -1,4 +1,4 @@
-"""`stalebench reproduce` on a tiny suite (a random-init tiny model, 6 steps): a rerun on the same float
+"""`stalebench reproduce` on a tiny suite (a random-init tiny model on cumsum, 6 steps): a rerun on the same float
 path is identical; a changed number on the same path is DIFFERS; on another path the cell is tested with
 the difference of final accuracies and its interval."""
 from __future__ import annotations
@@ -13,15 +13,15 @@ import yaml
 from harness.store import trialdir
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.reproduce import reproduce, run_in_process
+from harness.reproduce import check_prefix, reproduce, run_in_process
 from harness.config.expand import expand, load_suite_file
 
 
 @pytest.fixture(scope="module")
-def committed(tmp_path_factory, tiny_model_dir) -> Path:
+def committed(tmp_path_factory, cumsum_model_dir) -> Path:
     """A 'committed' suite results directory: 2 cells (grpo, naive) x 2 seeds, run in this process."""
     root = tmp_path_factory.mktemp("committed")
-    base = {"model": {"kind": "path", "path": str(tiny_model_dir)}, "task": {"name": "addrev", "eval_size": 32},
+    base = {"model": {"kind": "path", "path": str(cumsum_model_dir)}, "task": {"name": "cumsum", "eval_size": 32},
             "train": {"steps": 6, "prompts_per_step": 4, "lr": 1e-3, "max_new_tokens": 6, "checkpoint_every": 2},
             "eval": {"every_steps": 3}, "group_size": 4}
     path = root / "tiny.yaml"
@@ -148,3 +148,58 @@ def test_results_json_is_checked_against_the_raw_trials(committed, tmp_path, cap
                  "--in-process"]) == 1
     out = capsys.readouterr().out
     assert "DIFFERS    trial naive-d0-s1: final_acc 0.99 published, 0.0 from the raw trials" in out, out
+
+
+def set_acc_at(trial_dir: Path, step: int, acc: float) -> None:
+    rows = trialdir.read_evals(trial_dir)
+    next(r for r in rows if r["step"] == step)["eval/acc"] = acc
+    (trial_dir / trialdir.EVALS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_slice_reruns_the_first_steps_and_compares_only_those(committed, tmp_path, capsys):
+    """`--steps 3` of the 6-step trials (evaluated every 3, checkpointed every 2): the rerun's rows equal the
+    committed rows of steps <= 3 bit for bit; a number after step 3 is not compared, one at step 3 is."""
+    text, rows = reproduce(committed, ["algorithm=grpo"], tmp_path / "results", run_in_process, steps=3)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "identical"}, text
+    assert "bit for bit to step 3" in text and "(their first 3 steps)" in text
+    rerun = tmp_path / "results" / "reproduce" / "first-3-steps" / committed.name
+    assert trialdir.read_status(rerun / "grpo-d0-s0")["step"] == 3
+    assert [r["step"] for r in trialdir.read_evals(rerun / "grpo-d0-s0")] == [0, 3]
+    assert "train.steps=3" in (rerun / "suite.yaml").read_text()
+
+    changed = copy_of(committed, tmp_path)
+    set_final_acc(changed / "grpo-d0-s1", 0.5)                    # step 6: outside the slice
+    text, rows = reproduce(changed, ["algorithm=grpo"], tmp_path / "results", run_in_process, steps=3)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "identical"}, text
+    set_acc_at(changed / "grpo-d0-s1", 3, 0.5)                    # step 3: inside it
+    text, rows = reproduce(changed, ["algorithm=grpo"], tmp_path / "results", run_in_process, steps=3)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "DIFFERS"}, text
+    assert "eval step 3: eval/acc 0.5 -> 0.0" in text
+
+    # on another float path the cell is tested with the committed accuracy at step 3, not the final one
+    for s in (0, 1):
+        set_numerics(changed / f"grpo-d0-s{s}", "float_path", "aten=avx512 mkl=auto")
+        set_acc_at(changed / f"grpo-d0-s{s}", 3, 0.25)
+    text, rows = reproduce(changed, ["algorithm=grpo"], tmp_path / "results", run_in_process, steps=3)
+    assert verdicts(rows) == {"algorithm=grpo delay=0": "differs"}, text
+    assert "acc at step 3 0.250 -> 0.000 (n=2; other float path)" in text
+
+    for bad, why in ((4, "evaluated every 3 steps, not at step 4; pass a multiple of 3"),
+                     (7, "ran 6 steps; pass a step in [1, 6]"), (0, "ran 6 steps; pass a step in [1, 6]")):
+        assert main(["reproduce", str(committed), "--steps", str(bad), "--results", str(tmp_path / "r"),
+                     "--in-process"]) == 2
+        assert why in capsys.readouterr().err
+
+
+def test_a_slice_is_refused_where_a_shorter_run_draws_other_train_problems(tiny_base, tmp_path):
+    """addrev draws its train problems with rng.choice(size=steps x P): a shorter run's are not the first ones
+    of a longer run's, so a slice would rerun other batches and report a false DIFFERS."""
+    def trial(task: str, steps: int):
+        path = tmp_path / f"{task}-{steps}.yaml"
+        base = {**tiny_base, "task": {"name": task}, "train": {**tiny_base["train"], "steps": steps}}
+        path.write_text(yaml.safe_dump({"suite": "s", "version": 1, "base": base, "grid": {"algorithm": ["grpo"]},
+                                        "seeds": [0]}))
+        return expand(load_suite_file(path))[0]
+    check_prefix(trial("cumsum", 6), trial("cumsum", 3))
+    with pytest.raises(ConfigError, match="task addrev draws other train problems for a shorter run"):
+        check_prefix(trial("addrev", 6), trial("addrev", 3))

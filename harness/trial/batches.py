@@ -14,10 +14,19 @@ from typing import Callable
 
 import torch
 
+from harness.config.run import RunConfig
 from harness.rollout import ResponseLogits, RolloutEngine, token_logp
 from harness.rollout.base import Rollout
 from harness.tasks import Problem, Task
 from harness.trial.world import Group, Solo
+
+
+def train_problems(cfg: RunConfig, task: Task) -> list[Problem]:
+    """The trial's train problems, batch s taking P of them from s * P on: `task.train_size` of them, or
+    by default one per prompt of the run (train.steps x train.prompts_per_step)."""
+    tc = cfg.train
+    size = tc.steps * tc.prompts_per_step if cfg.task.train_size is None else cfg.task.train_size
+    return task.problems("train", size, cfg.seed)
 
 
 @dataclass

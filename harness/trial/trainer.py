@@ -30,7 +30,7 @@ from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)
 from harness.trial.backends import make_backend
-from harness.trial.batches import Batch, Batches
+from harness.trial.batches import Batch, Batches, train_problems
 from harness.trial.metrics import add_histograms, combine_metrics, importance_diagnostics, policy_metrics, rollout_metrics
 from harness.trial.staleness import Source
 from harness.trial.world import world_for
@@ -51,8 +51,7 @@ class Trainer:
         self.ref_model = load_model(path, cfg.model.dtype)[0].to(self.device).eval() if cfg.train.kl_beta > 0 else None
         self.task = cfg.task.build()
         tc = cfg.train
-        self.train_problems = self.task.problems("train", tc.steps * tc.prompts_per_step if cfg.task.train_size is None
-                                                 else cfg.task.train_size, cfg.seed)
+        self.train_problems = train_problems(cfg, self.task)
         test = cfg.eval.split == "test"
         self.eval_problems = self.task.problems(EVAL_SPLITS[cfg.eval.split],
                                                 cfg.eval.size or (cfg.task.eval_size if test else None), 0)
