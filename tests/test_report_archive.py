@@ -221,14 +221,25 @@ def test_a_trial_id_with_another_config_or_a_new_trial_on_another_benchmark_is_r
 def test_the_v2_references_gmc_over_m2po_pair_stays_resolved_with_two_of_its_eight_seeds_left_out():
     """Issue 36 counted this by hand from reports/reference-v2/raw.tar.gz: gmc_grpo > m2po at delay 32
     (p_Holm 0.038) stays resolved in 2 of the 8 tables with one seed left out; every other pair resolved at
-    delay 32 in all 8."""
-    from harness.report import tables
+    delay 32 in all 8. The standings at delay 32 are the README's reading of that table: gmc_grpo above all
+    but decoupled, so not resolved from the best; tic_grpo below all but naive."""
+    from harness.report import resolve, tables
 
     d = open_archive(Path(__file__).resolve().parents[1] / "reports" / "reference-v2" / archive.ARCHIVE_NAME)
     try:
-        pairs = {(p.delay, p.a, p.b): p for p in tables.analyse(load_results(d)).pairs if p.resolved}
+        a = tables.analyse(load_results(d))
     finally:
         shutil.rmtree(d)
+    pairs = {(p.delay, p.a, p.b): p for p in a.pairs if p.resolved}
+    answers = {s.estimator: s.answer for s in resolve.standings(a.cell_trials, a.pairs)}
+    assert answers == {"gmc_grpo": "not resolved from the best at delay 32",
+                       "decoupled": "not resolved from the best at delay 32",
+                       "m2po": "below gmc_grpo at delay 32", "bapo": "below gmc_grpo at delay 32",
+                       "grpo": "below gmc_grpo, m2po at delay 32",
+                       "tic_grpo": "below gmc_grpo, m2po, decoupled, bapo, grpo at delay 32",
+                       "naive": "below gmc_grpo, m2po, decoupled, bapo, grpo at delay 32"}
+    gmc = next(s for s in resolve.standings(a.cell_trials, a.pairs) if s.estimator == "gmc_grpo")
+    assert (gmc.rival.a, gmc.rival.b, gmc.tested) == ("gmc_grpo", "m2po", 6)
     headline = pairs[(32.0, "gmc_grpo", "m2po")]
     assert headline.p_holm == pytest.approx(0.038, abs=5e-4)
     assert (headline.loso_resolved, headline.loso_tables) == (2, 8)

@@ -15,7 +15,7 @@ import yaml
 
 from harness.report import build_report, closing_table
 from harness.report import figures as fig
-from harness.report import paper, stats, tables
+from harness.report import paper, resolve, stats, tables
 from harness.report.load import load_results
 from tests.fixtures.synthetic_results import provenance, write_trial
 
@@ -351,6 +351,11 @@ def test_resolved_pairs_per_delay_and_kendall_tau_across_slices(tmp_path):
     assert by_pair[("gmc_grpo", "grpo")].p_holm == pytest.approx(3 * 2 / 12870)
     assert not by_pair[("grpo", "m2po")].resolved and by_pair[("grpo", "m2po")].p == pytest.approx(1.0)
     assert a.agreement.empty  # one slice
+    # the standings at delay 8 (the largest): gmc_grpo above both; grpo and m2po tie below it
+    answers = {s.estimator: (s.answer, s.rival.a, s.rival.b) for s in resolve.standings(a.cell_trials, a.pairs)}
+    assert answers == {"gmc_grpo": ("best at delay 8 (resolved above all 2 others)", "gmc_grpo", "grpo"),
+                       "grpo": ("below gmc_grpo at delay 8", "gmc_grpo", "grpo"),
+                       "m2po": ("below gmc_grpo at delay 8", "gmc_grpo", "m2po")}
 
 
 @pytest.mark.parametrize("seeds, kept", [(4, 0), (5, 5)])

@@ -87,7 +87,9 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
     figures, not_drawn = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
-    extras = [_section_record(s) for s in [*_resolved_pairs(a.pairs), *report_sections(res, out_dir)]]
+    standings = resolve.standings(a.cell_trials, a.pairs)
+    extras = [_section_record(s) for s in [*_standings(standings), *_resolved_pairs(a.pairs),
+                                            *report_sections(res, out_dir)]]
     prov = summarize(res.provenance)
     rendered = rendering_info(res.suite_sha256)
     papers = paper.paper_tables(a, res.suite)
@@ -114,6 +116,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "staleness": _records(a.staleness),
         "paper_tables": [asdict(t) for t in papers],
         "pair_tests": [asdict(t) for t in a.pairs],
+        "standings": [{**asdict(t), "answer": t.answer} for t in standings],
         "ranking_agreement": _records(a.agreement),
         "figures": [asdict(f) for f in figures],
         "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,
@@ -220,6 +223,27 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
                     "best": [[bool(c and c.best) for c in r.cells] for r in t.rows]} for t in papers],
         "exports": exports,
     }
+
+
+def _standings(standings: list[resolve.Standing]) -> list[Section]:
+    """The "Standing at the largest delay" section: each estimator's one-line answer and its pair with the
+    rival of highest mean (resolve.standings); [] when no pair was tested."""
+    if not standings:
+        return []
+    def rival(t: resolve.Standing) -> str:
+        r, other = t.rival, (t.rival.b if t.rival.a == t.estimator else t.rival.a)
+        diff = r.mean_diff if r.a == t.estimator else -r.mean_diff
+        held = f"; one seed left out: {r.loso_resolved} of {r.loso_tables}" if r.resolved else ""
+        return f"{other}: {diff:+.3f}, p (Holm) {r.p_holm:.2g}{held}"
+    rows = [{"table": t.slice or "\u2014", "estimator": t.estimator, "mean": f"{t.mean:.3f}",
+             "answer": t.answer, "against the rival (highest other mean)": rival(t)} for t in standings]
+    text = ("Each estimator at the largest delay, by one rule over the resolved pairs (exact permutation test on "
+            "the means, Holm over the table): best when resolved above every other estimator, below X when X is "
+            "resolved above it, else not resolved from the best. The last column is its pair with the other "
+            "estimator of highest mean: its difference of means, adjusted p and, when resolved, in how many "
+            "tables with one seed left out it stays resolved.")
+    return [Section("Standing at the largest delay", [{"text": text},
+                                                      {"table": {"columns": list(rows[0]), "rows": rows}}])]
 
 
 def _resolved_pairs(pairs: list[resolve.PairTest]) -> list[Section]:

@@ -19,6 +19,12 @@ resolves any pair, the whole table is tested again without that seed (every cell
 pairs still testable), and each pair records in how many of those tables it stays resolved
 (``loso_resolved`` of ``loso_tables``): 8 of 8 says no single seed carries it, 2 of 8 that most do.
 
+*Standing at the largest delay.* Each estimator's answer to "is it the one to trust at the largest
+delay?", read off the resolved pairs by one rule (pre-registered for v3 in docs/benchmark-v3.md §5): *best*
+when it is resolved above every other estimator there; *below X, Y* when X and Y are resolved above it;
+else *not resolved from the best*. With it, the pair with its rival (the other estimator of highest mean
+there): the difference, Holm-adjusted p and, when resolved, the leave-one-seed-out count.
+
 *Ranking agreement.* Between every two slices (for a grid over ``model.base``: every two bases), Kendall's
 tau-b between the estimators' values at the largest delay (``stats.kendall_tau``).
 """
@@ -90,6 +96,59 @@ def _table_tests(part: pd.DataFrame) -> list[PairTest]:
     adjusted = stats.holm(np.array([r[-1] for r in raw]))
     return [PairTest("", d, a, b, x.size, y.size, float(x.mean() - y.mean()), p, float(q), bool(q <= ALPHA))
             for (d, a, b, x, y, p), q in zip(raw, adjusted)]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One estimator at the largest tested delay of one table (see the module docstring)."""
+
+    slice: str
+    delay: float
+    estimator: str
+    mean: float  # mean final accuracy over its seeds
+    verdict: str  # "best" | "not resolved from the best" | "below"
+    above_it: tuple[str, ...]  # the estimators resolved above it (verdict "below"), highest mean first
+    rival: PairTest  # its pair with the other estimator of highest mean there
+    tested: int  # the other estimators it was tested against there
+
+    @property
+    def answer(self) -> str:
+        """One line, e.g. "best at delay 64 (resolved above all 4 others)"."""
+        d = f"{self.delay:g}"
+        if self.verdict == "best":
+            return f"best at delay {d} (resolved above all {self.tested} others)"
+        if self.verdict == "below":
+            return f"below {', '.join(self.above_it)} at delay {d}"
+        return f"not resolved from the best at delay {d}"
+
+
+def standings(cell_trials: pd.DataFrame, tests: list[PairTest]) -> list[Standing]:
+    """Every estimator's standing at the largest delay with tested pairs, per table (``cell_trials`` as
+    pair_tests reads them)."""
+    done = cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]
+    out: list[Standing] = []
+    for slice_label, part in done.groupby("slice", sort=True):
+        mine = [t for t in tests if t.slice == str(slice_label)]
+        if not mine:
+            continue
+        delay = max(t.delay for t in mine)
+        at = [t for t in mine if t.delay == delay]
+        means = {str(a): float(np.nanmean(g["final_acc"].to_numpy(dtype=float)))
+                 for a, g in part[part["delay"] == delay].groupby("algorithm", sort=True)}
+        for e in sorted({n for t in at for n in (t.a, t.b)}, key=lambda n: (-means[n], n)):
+            pairs = {(t.b if t.a == e else t.a): t for t in at if e in (t.a, t.b)}
+            above = tuple(sorted((o for o, t in pairs.items() if t.resolved and _higher(t) == o),
+                                 key=lambda n: (-means[n], n)))
+            wins = sum(t.resolved and _higher(t) == e for t in pairs.values())
+            verdict = "below" if above else ("best" if wins == len(pairs) else "not resolved from the best")
+            rival = min(pairs, key=lambda n: (-means[n], n))             # highest mean; a tie: the first name
+            out.append(Standing(str(slice_label), delay, e, means[e], verdict, above, pairs[rival], len(pairs)))
+    return out
+
+
+def _higher(t: PairTest) -> str:
+    """The estimator of the pair with the higher mean."""
+    return t.a if t.mean_diff > 0 else t.b
 
 
 def resolved_counts(tests: list[PairTest], slice_label: str, delays: list[float]) -> list[tuple[int, int]]:
