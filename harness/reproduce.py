@@ -24,7 +24,8 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
 changed; every trial's batches, evaluations and seeds up to step N are those of the full trial, as a shorter
 run's train problems are a prefix of a longer one's), compared with the committed rows of steps <= N, and
 on another float path with the committed accuracy at step N. The reruns go to
-<results>/reproduce/first-N-steps/<suite>/. N must be a step the committed trials evaluated at.
+<results>/reproduce/first-N-steps/<suite>/. N must be a step the committed trials evaluated at. A slice
+does not check results.json (its numbers are the final ones).
 
 A committed trial whose files cannot be read as numbers is **unreadable** (its cell says why); the other
 cells still get their verdicts. When REPORT_DIR holds the report's results.json, its published final
@@ -300,6 +301,9 @@ def _sliced(committed: Path, trials: list[Trial], steps: int) -> tuple[Suite, li
     suite, every_sliced = load_suite_trials(committed / SUITE_FILE, [f"train.steps={steps}"], stored=True)
     sliced = {t.trial_id: t for t in every_sliced}
     for t in trials:
+        if sliced[t.trial_id].config.train.steps != steps:
+            raise ConfigError(f"--steps {steps}: trial {t.trial_id} sets train.steps in its estimator's overrides, "
+                              f"so it cannot be shortened; leave it out with --only")
         check_prefix(t, sliced[t.trial_id])
     return suite, [sliced[t.trial_id] for t in trials]
 

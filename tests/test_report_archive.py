@@ -239,7 +239,7 @@ def test_the_v2_references_gmc_over_m2po_pair_stays_resolved_with_two_of_its_eig
                        "tic_grpo": "below gmc_grpo, m2po, decoupled, bapo, grpo at delay 32",
                        "naive": "below gmc_grpo, m2po, decoupled, bapo, grpo at delay 32"}
     gmc = next(s for s in resolve.standings(a.cell_trials, a.pairs) if s.estimator == "gmc_grpo")
-    assert (gmc.rival.a, gmc.rival.b, gmc.tested) == ("gmc_grpo", "m2po", 6)
+    assert (gmc.rival.a, gmc.rival.b, gmc.others) == ("gmc_grpo", "m2po", 6)
     headline = pairs[(32.0, "gmc_grpo", "m2po")]
     assert headline.p_holm == pytest.approx(0.038, abs=5e-4)
     assert (headline.loso_resolved, headline.loso_tables) == (2, 8)

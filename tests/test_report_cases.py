@@ -358,6 +358,22 @@ def test_resolved_pairs_per_delay_and_kendall_tau_across_slices(tmp_path):
                        "m2po": ("below gmc_grpo at delay 8", "gmc_grpo", "m2po")}
 
 
+def test_best_needs_every_other_estimator_tested_and_resolved_below(tmp_path):
+    # a separates perfectly from b over 8 seeds (p = 2 / C(16, 8), one pair: resolved); c has one seed at delay
+    # 8, so no pair of it is tested: a cannot be shown above c, and is "not resolved from the best".
+    d = suite_dir(tmp_path)
+    for s in range(8):
+        trial(d, f"a-{s}", "gmc_grpo", 8, s, [0.23, 0.4 + 0.001 * s])
+        trial(d, f"b-{s}", "grpo", 8, s, [0.23, 0.3 + 0.001 * s])
+    answers = {t.estimator: t.answer for t in resolve.standings(analysis(d).cell_trials, analysis(d).pairs)}
+    assert answers == {"gmc_grpo": "best at delay 8 (resolved above the other)", "grpo": "below gmc_grpo at delay 8"}
+    trial(d, "c-0", "m2po", 8, 0, [0.23, 0.9])
+    a = analysis(d)
+    answers = {t.estimator: t.answer for t in resolve.standings(a.cell_trials, a.pairs)}
+    assert answers == {"m2po": "not tested at delay 8 (fewer than 2 scored seeds)",
+                       "gmc_grpo": "not resolved from the best at delay 8", "grpo": "below gmc_grpo at delay 8"}
+
+
 @pytest.mark.parametrize("seeds, kept", [(4, 0), (5, 5)])
 def test_a_resolved_pair_counts_the_tables_with_one_seed_left_out_that_still_resolve_it(tmp_path, seeds, kept):
     # One pair, separated perfectly on every seed: its p is 2 / C(2n, n). 4 seeds: 2/70 = 0.029 <= 0.05,

@@ -203,3 +203,22 @@ def test_a_slice_is_refused_where_a_shorter_run_draws_other_train_problems(tiny_
     check_prefix(trial("cumsum", 6), trial("cumsum", 3))
     with pytest.raises(ConfigError, match="task addrev draws other train problems for a shorter run"):
         check_prefix(trial("addrev", 6), trial("addrev", 3))
+
+
+def test_a_slice_of_a_stale_trial_with_minibatch_updates_is_identical(cumsum_model_dir, tmp_path):
+    """The quickstart-v3 shape: a delay (here 4 updates) and k = 2 minibatch updates per batch. The full run
+    generates batches ahead of the steps it trains (the delay buffer) that the shorter run never does; each
+    batch has its own seed, so the first steps are the same bit for bit."""
+    base = {"model": {"kind": "path", "path": str(cumsum_model_dir)}, "task": {"name": "cumsum", "eval_size": 32},
+            "train": {"steps": 6, "prompts_per_step": 4, "minibatches": 2, "lr": 1e-3, "max_new_tokens": 6},
+            "eval": {"every_steps": 3}, "group_size": 4}
+    path = tmp_path / "stale.yaml"
+    path.write_text(yaml.safe_dump({"suite": "tiny-stale", "version": 1, "base": base,
+                                    "grid": {"algorithm": ["gmc_grpo"], "delay": [4]}, "seeds": [0]}))
+    suite = load_suite_file(path)
+    run_in_process(suite, expand(suite), tmp_path / "committed")
+    committed = trialdir.suite_results_dir(tmp_path / "committed", suite.name)
+    assert trialdir.read_status(committed / "gmc_grpo-d4-s0")["step"] == 6
+    assert max(r["stale/max"] for r in trialdir.read_metrics(committed / "gmc_grpo-d4-s0")[:3]) >= 4   # stale by step 3
+    text, rows = reproduce(committed, [], tmp_path / "results", run_in_process, steps=3)
+    assert verdicts(rows) == {"algorithm=gmc_grpo delay=4": "identical"}, text

@@ -230,7 +230,7 @@ def _standings(standings: list[resolve.Standing]) -> list[Section]:
     rival of highest mean (resolve.standings); [] when no pair was tested."""
     if not standings:
         return []
-    rows = [{"table": t.slice or "\u2014", "estimator": t.estimator, "mean": f"{t.mean:.3f}",
+    rows = [{"table": t.slice or "\u2014", "estimator": t.estimator, "mean": f"{t.mean:.3f}" if np.isfinite(t.mean) else "\u2014",
              "answer": t.answer, "against the rival (highest other mean)": _rival(t)} for t in standings]
     text = ("Each estimator at the largest delay, by one rule over the resolved pairs (exact permutation test on "
             "the means, Holm over the table): best when resolved above every other estimator, below X when X is "
@@ -243,20 +243,26 @@ def _standings(standings: list[resolve.Standing]) -> list[Section]:
 
 def _rival(t: resolve.Standing) -> str:
     """E.g. "m2po: +0.041, p (Holm) 0.038; one seed left out: 2 of 8" (the difference is t's minus the rival's)."""
-    r, other = t.rival, (t.rival.b if t.rival.a == t.estimator else t.rival.a)
-    diff = r.mean_diff if r.a == t.estimator else -r.mean_diff
-    held = f"; one seed left out: {r.loso_resolved} of {r.loso_tables}" if r.resolved else ""
+    r = t.rival
+    if r is None:
+        return "\u2014"
+    other, diff = (r.b, r.mean_diff) if r.a == t.estimator else (r.a, -r.mean_diff)
+    held = f"; one seed left out: {_loso(r)}" if r.resolved else ""
     return f"{other}: {diff:+.3f}, p (Holm) {r.p_holm:.2g}{held}"
+
+
+def _loso(t: resolve.PairTest) -> str:
+    return f"{t.loso_resolved} of {t.loso_tables}"
 
 
 def _resolved_pairs(pairs: list[resolve.PairTest]) -> list[Section]:
     """The "Resolved pairs" section: each resolved pair, the higher estimator first, with its difference of
     means, Holm-adjusted p and leave-one-seed-out count (resolve.py); [] when no pair is resolved."""
     rows = [{"table": t.slice or "\u2014", "delay": show(t.delay),
-             "higher > lower": f"{t.a} > {t.b}" if t.mean_diff > 0 else f"{t.b} > {t.a}",
+             "higher > lower": f"{resolve.higher(t)} > {t.b if resolve.higher(t) == t.a else t.a}",
              "difference of means": f"{abs(t.mean_diff):.3f}", "seeds": f"{t.seeds_a} / {t.seeds_b}",
              "p (Holm)": f"{t.p_holm:.2g}",
-             "stays resolved, one seed left out": f"{t.loso_resolved} of {t.loso_tables}"}
+             "stays resolved, one seed left out": _loso(t)}
             for t in pairs if t.resolved]
     if not rows:
         return []

@@ -39,6 +39,7 @@ import pandas as pd
 
 from harness.store import trialdir
 from harness.report import stats
+from harness.report.render import show
 
 ALPHA = 0.05  # family-wise error rate of one table's resolved pairs
 
@@ -65,9 +66,8 @@ def pair_tests(cell_trials: pd.DataFrame) -> list[PairTest]:
     """Every testable pair of every table (slice) of ``cell_trials`` (``tables.expand_shared`` rows with
     ``slice``, ``final_acc``, ``status``, ``seed``), with Holm's adjustment per table and, where the table
     resolves a pair, each pair's leave-one-seed-out count."""
-    done = cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]
     out: list[PairTest] = []
-    for slice_label, part in done.groupby("slice", sort=True):
+    for slice_label, part in _finished(cell_trials).groupby("slice", sort=True):
         tests = _table_tests(part)
         seeds = sorted(part["seed"].dropna().unique()) if "seed" in part else []
         left_out = seeds if any(t.resolved for t in tests) and len(seeds) > 1 else []
@@ -105,48 +105,62 @@ class Standing:
     slice: str
     delay: float
     estimator: str
-    mean: float  # mean final accuracy over its seeds
-    verdict: str  # "best" | "not resolved from the best" | "below"
+    mean: float  # mean final accuracy over its seeds (NaN: none scored)
+    verdict: str  # "best" | "not resolved from the best" | "below" | "not tested"
     above_it: tuple[str, ...]  # the estimators resolved above it (verdict "below"), highest mean first
-    rival: PairTest  # its pair with the other estimator of highest mean there
-    tested: int  # the other estimators it was tested against there
+    rival: PairTest | None  # its pair with the other estimator of highest mean there (None: not tested)
+    others: int  # the other estimators at that delay
 
     @property
     def answer(self) -> str:
         """One line, e.g. "best at delay 64 (resolved above all 4 others)"."""
-        d = f"{self.delay:g}"
+        d = show(self.delay)
         if self.verdict == "best":
-            return f"best at delay {d} (resolved above all {self.tested} others)"
+            return f"best at delay {d} (resolved above " + (
+                "the other)" if self.others == 1 else f"all {self.others} others)")
         if self.verdict == "below":
             return f"below {', '.join(self.above_it)} at delay {d}"
+        if self.verdict == "not tested":
+            return f"not tested at delay {d} (fewer than 2 scored seeds)"
         return f"not resolved from the best at delay {d}"
 
 
 def standings(cell_trials: pd.DataFrame, tests: list[PairTest]) -> list[Standing]:
     """Every estimator's standing at the largest delay with tested pairs, per table (``cell_trials`` as
-    pair_tests reads them)."""
-    done = cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]
+    pair_tests reads them). Best means resolved above every other estimator at that delay, so one that could
+    not be tested there (fewer than 2 scored seeds) leaves every other one at most "not resolved from the
+    best"."""
     out: list[Standing] = []
-    for slice_label, part in done.groupby("slice", sort=True):
+    for slice_label, part in _finished(cell_trials).groupby("slice", sort=True):
         mine = [t for t in tests if t.slice == str(slice_label)]
         if not mine:
             continue
         delay = max(t.delay for t in mine)
         at = [t for t in mine if t.delay == delay]
-        means = {str(a): float(np.nanmean(g["final_acc"].to_numpy(dtype=float)))
-                 for a, g in part[part["delay"] == delay].groupby("algorithm", sort=True)}
-        for e in sorted({n for t in at for n in (t.a, t.b)}, key=lambda n: (-means[n], n)):
+        finals = {str(a): g["final_acc"].to_numpy(dtype=float)
+                  for a, g in part[part["delay"] == delay].groupby("algorithm", sort=True)}
+        means = {a: float(x[~np.isnan(x)].mean()) if (~np.isnan(x)).any() else float("nan")
+                 for a, x in finals.items()}
+        rank = lambda n: (np.isnan(means[n]), -np.nan_to_num(means[n]), n)        # noqa: E731  highest first
+        for e in sorted(means, key=rank):
             pairs = {(t.b if t.a == e else t.a): t for t in at if e in (t.a, t.b)}
-            above = tuple(sorted((o for o, t in pairs.items() if t.resolved and _higher(t) == o),
-                                 key=lambda n: (-means[n], n)))
-            wins = sum(t.resolved and _higher(t) == e for t in pairs.values())
-            verdict = "below" if above else ("best" if wins == len(pairs) else "not resolved from the best")
-            rival = min(pairs, key=lambda n: (-means[n], n))             # highest mean; a tie: the first name
-            out.append(Standing(str(slice_label), delay, e, means[e], verdict, above, pairs[rival], len(pairs)))
+            above = tuple(sorted((o for o, t in pairs.items() if t.resolved and higher(t) == o), key=rank))
+            wins = sum(t.resolved and higher(t) == e for t in pairs.values())
+            if not pairs:
+                verdict = "not tested"
+            else:
+                verdict = "below" if above else ("best" if wins == len(means) - 1 else "not resolved from the best")
+            rival = pairs[min(pairs, key=rank)] if pairs else None
+            out.append(Standing(str(slice_label), delay, e, means[e], verdict, above, rival, len(means) - 1))
     return out
 
 
-def _higher(t: PairTest) -> str:
+def _finished(cell_trials: pd.DataFrame) -> pd.DataFrame:
+    """The rows the pair tests read: trials that ended, at a delay."""
+    return cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]
+
+
+def higher(t: PairTest) -> str:
     """The estimator of the pair with the higher mean."""
     return t.a if t.mean_diff > 0 else t.b
 
