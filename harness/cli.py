@@ -8,8 +8,7 @@
     stalebench tune SUITE.yaml [--dry-run]         learning rates per estimator (Optuna TPE or a log grid, Ray Tune)
     stalebench eval --model PATH --benchmarks gsm8k,math500
     stalebench check SUITE.yaml                    validate a suite without running it
-    stalebench reproduce reports/reference --only 'delay=64'   rerun committed cells, verdict per cell
-    stalebench reproduce reports/reference-v3 --steps 64   ... or their first 64 steps
+    stalebench reproduce reports/reference --only 'delay=64' [--steps N]   rerun committed cells (first N steps)
     stalebench build-base --name tiny-addrev-v2    build a new frozen base checkpoint version
 
 run, train, check and tune take `--set key=value` overrides of the suite's base (e.g. --set train.lr=3e-4);
@@ -135,16 +134,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default="results/eval", help="with --model: results go to OUT/<model dir name>/")
     ev.add_argument("--max-new-tokens", type=int, default=1024)
     ev.add_argument("--mlflow-run-id", default=None, help="also log scores to this MLflow run")
-    rp = sub.add_parser("reproduce", help="rerun a committed leaderboard's cells from its raw trial files; "
-                                          "say per cell whether the new run agrees")
+    rp = sub.add_parser("reproduce", help="rerun a committed leaderboard's cells; does each new run agree?")
     rp.add_argument("report_dir", help="a report directory with raw.tar.gz (reports/reference), or a results directory")
     rp.add_argument("--only", action="append", default=[], metavar="KEY=VALUE,...",
                     help="rerun only the trials matching, e.g. 'algorithm=grpo,delay=64' (repeatable: any matches)")
     rp.add_argument("--results", default="results", help="results root: the reruns go to RESULTS/reproduce/<suite>/")
     rp.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray cluster address (default: local Ray)")
     rp.add_argument("--in-process", action="store_true", help="run the trials one by one in this process, without Ray")
-    rp.add_argument("--steps", type=int, default=None, metavar="N",
-                    help="rerun only each trial's first N steps (a step it evaluated at) and compare those")
+    rp.add_argument("--steps", type=int, metavar="N", help="rerun each trial's first N steps (an eval step) only")
     ch = sub.add_parser("check", help="validate a suite file and list its trials")
     _suite_args(ch)
     es = sub.add_parser("estimators", help="list every registered estimator with its family, source and parameters")
