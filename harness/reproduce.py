@@ -300,10 +300,14 @@ def _sliced(committed: Path, trials: list[Trial], steps: int) -> tuple[Suite, li
                               f"{steps}; pass a multiple of {every}")
     suite, every_sliced = load_suite_trials(committed / SUITE_FILE, [f"train.steps={steps}"], stored=True)
     sliced = {t.trial_id: t for t in every_sliced}
+    streams = {}                   # one check per train stream: the trials of a seed share it across estimators
     for t in trials:
         if sliced[t.trial_id].config.train.steps != steps:
             raise ConfigError(f"--steps {steps}: trial {t.trial_id} sets train.steps in its estimator's overrides, "
                               f"so it cannot be shortened; leave it out with --only")
+        c = t.config
+        streams.setdefault((repr(c.task), c.seed, c.train.steps, c.train.prompts_per_step), t)
+    for t in streams.values():
         check_prefix(t, sliced[t.trial_id])
     return suite, [sliced[t.trial_id] for t in trials]
 
