@@ -16,8 +16,9 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
 - Otherwise (another CPU path or vendor, torch, MKL, a GPU, or a committed trial from before float paths
   were recorded) the cell is tested statistically, with the report's own numbers and `stalebench compare`'s
   test: the per-seed final held-out accuracies (diverged trials score 0 from the divergence on), the
-  difference new - committed and its 95% interval (`report.stats.difference_estimate`: IQM bootstrap with
-  >= 5 seeds a side, Welch t below); **agrees** when the interval contains 0, **differs** when it excludes
+  difference new - committed and its 95% interval (`report.stats.difference_estimate` of the statistic the
+  report prints: for "iqm" an IQM bootstrap with >= 5 seeds a side and Welch t below, for "mean" Welch t);
+  **agrees** when the interval contains 0, **differs** when it excludes
   0, **undecided** with one seed a side (no interval).
 
 **A slice** (`--steps N`): the trials rerun for their first N steps only (train.steps = N, nothing else
@@ -200,9 +201,9 @@ def _accuracies_at(results_dir: Path, trial_ids: list[str], steps: int) -> dict[
 
 
 def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path,
-             steps: int | None = None) -> list[tuple[str, str, str]]:
+             steps: int | None = None, statistic: str = "iqm") -> list[tuple[str, str, str]]:
     """(cell, verdict, detail) per cell, in the suite's order (see the module docstring); ``steps``: a slice,
-    its committed side scored at that step."""
+    its committed side scored at that step; ``statistic``: the report's (``report.statistic``)."""
     import numpy as np
 
     from harness.report import stats
@@ -233,7 +234,7 @@ def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path,
             continue
         old = np.array([old_finals.get(c.trial.trial_id, np.nan) for c in group])   # NaN: a trial the report
         new = np.array([new_finals.get(c.trial.trial_id, np.nan) for c in group])   # could not score
-        d = stats.difference_estimate(new, old)
+        d = stats.difference_estimate(new, old, statistic=statistic)
         what = "final acc" if steps is None else f"acc at step {steps}"
         means = f"{what} {old.mean():.3f} -> {new.mean():.3f} (n={n}; {_other(group)})"
         if d.method == "none":
@@ -345,7 +346,7 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
         checks = refused + [_checked(t, committed, new_dir, steps) for t in rerun]
         order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])
-        rows = verdicts(checks, committed, new_dir, steps) + (
+        rows = verdicts(checks, committed, new_dir, steps, suite.report.statistic) + (
             published(Path(report_dir), committed) if steps is None else [])
     width = max(len(r[0]) for r in rows)
     counts = {v: sum(1 for r in rows if r[1] == v) for v in dict.fromkeys(r[1] for r in rows)}

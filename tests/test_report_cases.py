@@ -290,6 +290,26 @@ def test_compare_puts_two_suites_side_by_side_with_difference_intervals(tmp_path
     assert d.method == "t" and abs(d.hi - 0.060850) < 1e-5 and abs(d.lo + 0.060850) < 1e-5
 
 
+def test_compare_uses_the_statistic_both_reports_print(tmp_path):
+    """Suites that print the mean (benchmark v3) are compared by the mean and Welch's t even at 8 seeds, where
+    an IQM would trim a collapsed seed: A's grpo has one seed at 0 (mean 0.4375, IQM 0.5), B's none (0.5)."""
+    from harness.report.compare import compare
+
+    for name, low in (("a", 0.0), ("b", 0.5)):
+        d = suite_dir(tmp_path, name, statistic="mean")
+        for s in range(8):
+            trial(d, f"grpo-{s}", "grpo", 8, s, [0.2, low if s == 0 else 0.5])
+    text = compare(tmp_path / "a", tmp_path / "b").splitlines()
+    row = next(ln for ln in text if ln.startswith("grpo"))
+    assert "0.438 (n=8)" in row and "+0.062 [" in row and "*" not in row and not row.endswith("differs")
+    assert text[1].startswith("Difference: mean, Welch t interval")
+    iqm = suite_dir(tmp_path, "iqm")
+    for s in range(8):
+        trial(iqm, f"grpo-{s}", "grpo", 8, s, [0.2, 0.5])
+    with pytest.raises(ValueError, match="prints the mean and .* the iqm of each cell"):
+        compare(tmp_path / "a", iqm)
+
+
 def test_evaluated_kept_policies_get_a_benchmark_table_with_hostile_text_escaped(tmp_path):
     d = suite_dir(tmp_path)
     trial(d, "t0", "grpo", 0, 0, [0.2, 0.3])

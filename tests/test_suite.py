@@ -287,6 +287,18 @@ def test_v2_companion_suites_configure_their_trials_as_the_reference_does():
     assert set(followup.seeds).isdisjoint({*reference.seeds, *field.seeds, reference.tune.tune_seed(reference)})
 
 
+def test_the_v3_bridge_configures_its_trials_as_the_table_does_but_for_one_update_per_batch():
+    """reference-v3-bridge (docs/benchmark-v3.md §7) is the table's base block with train.minibatches 1, the first
+    three of its estimators at its largest delay, its seeds and its tuned lrs."""
+    reference = load_suite_file(REPO / "suites" / "reference-v3.yaml")
+    bridge = load_suite_file(REPO / "suites" / "reference-v3-bridge.yaml")
+    assert bridge.base["train"].pop("minibatches") == 1 and reference.base["train"].pop("minibatches") == 4
+    assert bridge.base == reference.base
+    assert bridge.algorithms == reference.algorithms[:3] and bridge.grid["delay"] == [max(reference.grid["delay"])]
+    assert bridge.seeds == reference.seeds and bridge.report == reference.report
+    assert bridge.overrides == {a: reference.overrides[a] for a in bridge.algorithms}
+
+
 @pytest.mark.parametrize("slice_name, reference_name", [("quickstart.yaml", "reference.yaml"),
                                                         ("quickstart-v2.yaml", "reference-v2.yaml"),
                                                         ("quickstart-v3.yaml", "reference-v3.yaml")])

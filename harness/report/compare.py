@@ -3,8 +3,9 @@
 
 Cells are matched on the cell keys both suites share (estimator, delay, and any other grid key); the
 per-seed final accuracies are the report's (diverged trials score 0 from the divergence on), and the
-difference uses ``stats.difference_estimate`` (IQM bootstrap with >= 5 seeds a side, Welch t below,
-marked `*`). "differs" means the interval excludes 0. Below the cells, per delay (and other shared
+cells and their difference use the statistic both suites' reports print (``report.statistic``; suites that
+print different ones are refused): ``stats.difference_estimate``, for "iqm" an IQM bootstrap with >= 5 seeds a
+side and Welch t below, marked `*`; for "mean" the mean difference with Welch's t interval. "differs" means the interval excludes 0. Below the cells, per delay (and other shared
 key), Kendall's tau-b between the two suites' rankings of the estimators by that point estimate
 (``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
 machine), whether or not any single difference is resolved. B may vary grid keys A does not (the other bases
@@ -21,7 +22,7 @@ from harness.report.load import load_results
 from harness.report.tables import FINISHED, analyse
 
 
-def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str]]:
+def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str], str]:
     res = load_results(Path(results_dir))
     a = analyse(res)
     keys = ["algorithm", "delay", *a.other]
@@ -30,12 +31,15 @@ def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str]]
     for values, group in done.groupby(keys, dropna=False, sort=True):
         values = values if isinstance(values, tuple) else (values,)
         cells[tuple(values)] = group["final_acc"].to_numpy(dtype=float)
-    return res.name, cells, keys
+    return res.name, cells, keys, res.settings.statistic
 
 
 def compare(a_dir: Path, b_dir: Path) -> str:
-    name_a, cells_a, keys_a = _finals(a_dir)
-    name_b, cells_b, keys_b = _finals(b_dir)
+    name_a, cells_a, keys_a, statistic = _finals(a_dir)
+    name_b, cells_b, keys_b, statistic_b = _finals(b_dir)
+    if statistic_b != statistic:
+        raise ValueError(f"{a_dir} prints the {statistic} and {b_dir} the {statistic_b} of each cell (report.statistic); "
+                         f"compare suites whose reports print the same statistic")
     extra = [k for k in keys_b if k not in keys_a]          # B's own slices (e.g. its bases), each set against A
     if [k for k in keys_b if k not in extra] != keys_a:
         raise ValueError(f"{a_dir} and {b_dir} vary different grid keys ({', '.join(keys_a)} vs {', '.join(keys_b)}); "
@@ -47,8 +51,8 @@ def compare(a_dir: Path, b_dir: Path) -> str:
     head = [*keys_b, f"A {name_a}", f"B {name_b}", "B - A [95% CI]", ""]
     rows = []
     for key in common:
-        ea, eb = stats.estimate(cells_a[on_a(key)]), stats.estimate(cells_b[key])
-        d = stats.difference_estimate(cells_b[key], cells_a[on_a(key)])
+        ea, eb = (stats.estimate(c, statistic=statistic) for c in (cells_a[on_a(key)], cells_b[key]))
+        d = stats.difference_estimate(cells_b[key], cells_a[on_a(key)], statistic=statistic)
         interval = f" [{d.lo:+.3f}, {d.hi:+.3f}]" if d.method != "none" else " (no interval)"
         differs = d.method != "none" and (d.lo > 0 or d.hi < 0)
         rows.append([*map(str, key), f"{ea.point:.3f} (n={ea.n})", f"{eb.point:.3f} (n={eb.n})",
@@ -56,8 +60,8 @@ def compare(a_dir: Path, b_dir: Path) -> str:
                      "differs" if differs else ""])
     taus = []
     for rest in sorted({key[1:] for key in common}, key=lambda k: tuple(str(v) for v in k)):
-        at = {key[0]: stats.estimate(cells_a[on_a(key)]).point for key in common if key[1:] == rest}
-        bt = {key[0]: stats.estimate(cells_b[key]).point for key in common if key[1:] == rest}
+        at = {key[0]: stats.estimate(cells_a[on_a(key)], statistic=statistic).point for key in common if key[1:] == rest}
+        bt = {key[0]: stats.estimate(cells_b[key], statistic=statistic).point for key in common if key[1:] == rest}
         tau, n = stats.kendall_tau(at, bt)
         if n >= 3:
             where = ", ".join(f"{k}={v}" for k, v in zip(keys_b[1:], rest))
@@ -68,6 +72,7 @@ def compare(a_dir: Path, b_dir: Path) -> str:
     only = len(set(cells_a) ^ {on_a(key) for key in cells_b})
     notes = [f"A = {a_dir}, B = {b_dir}: final held-out accuracy per cell ({len(common)} cells in common"
              + (f", {only} in only one" if only else "") + ").",
-             "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval); "
-             "'differs' = the interval excludes 0."]
+             ("Difference: mean, Welch t interval" if statistic == "mean" else
+              "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval)")
+             + "; 'differs' = the interval excludes 0."]
     return "\n".join([*notes, line(head), *map(line, rows), *taus])

@@ -223,17 +223,18 @@ def best_accuracy(acc: np.ndarray) -> float:
     return float(np.nanmax(acc))
 
 
-def difference_estimate(x: np.ndarray, y: np.ndarray, seed: int = 0) -> Estimate:
+def difference_estimate(x: np.ndarray, y: np.ndarray, seed: int = 0, statistic: str = "iqm") -> Estimate:
     """The difference of two independent cells' statistics (x − y) with a 95% interval, matched to
-    ``estimate``: with >= MIN_CONFIDENT_SEEDS seeds on both sides, IQM(x) − IQM(y) with a two-sample
-    percentile bootstrap (each side resampled independently, scipy); with >= 2 on both, mean difference
-    with Welch's t interval (flagged low-confidence); else the point difference alone."""
+    ``estimate``: statistic "iqm" with >= MIN_CONFIDENT_SEEDS seeds on both sides, IQM(x) − IQM(y) with a
+    two-sample percentile bootstrap (each side resampled independently, scipy); with >= 2 on both (or statistic
+    "mean" at any n >= 2), mean difference with Welch's t interval (flagged low-confidence below
+    MIN_CONFIDENT_SEEDS); else the point difference alone."""
     x, y = (np.asarray(v, dtype=float) for v in (x, y))
     x, y = x[~np.isnan(x)], y[~np.isnan(y)]
     n = int(min(x.size, y.size))
     if n == 0:
         return Estimate(float("nan"), float("nan"), float("nan"), 0, "mean", "none")
-    if n >= MIN_CONFIDENT_SEEDS:
+    if n >= MIN_CONFIDENT_SEEDS and statistic == "iqm":
         res = sps.bootstrap((x, y), lambda a, b, axis: iqm(a, axis=axis) - iqm(b, axis=axis), n_resamples=N_RESAMPLES,
                             vectorized=True, confidence_level=CONFIDENCE, method="percentile",
                             rng=np.random.default_rng(seed))
