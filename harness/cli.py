@@ -17,6 +17,7 @@ they become part of each trial's resolved config, and so of its identity.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -109,8 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--merge", default=None, metavar="RAW_TAR_GZ",
                      help="rank your trials together with a committed report's raw trials (its raw.tar.gz)")
     cmp = sub.add_parser("compare", help="two suites' results side by side, with differences and their CIs")
-    cmp.add_argument("a", help="results directory (or suite name) A")
-    cmp.add_argument("b", help="results directory (or suite name) B")
+    cmp.add_argument("a", help="results directory (or suite name) A, or a committed report directory with raw.tar.gz")
+    cmp.add_argument("b", help="results directory (or suite name) B, or a committed report directory with raw.tar.gz")
     cmp.add_argument("--results", default="results")
     site = sub.add_parser("site", help="build reports/index.html from every suite's report")
     site.add_argument("--reports", default="reports")
@@ -292,7 +293,12 @@ def _cmd_report(args) -> int:
 
 def _cmd_compare(args) -> int:
     from harness.report.compare import compare
-    print(compare(results_dir(args.a, Path(args.results)), results_dir(args.b, Path(args.results))))
+    from harness.reproduce import committed_results
+    from harness.store.archive import ARCHIVE_NAME
+    with contextlib.ExitStack() as stack:
+        a, b = (stack.enter_context(committed_results(Path(arg))) if (Path(arg) / ARCHIVE_NAME).is_file()
+                else results_dir(arg, Path(args.results)) for arg in (args.a, args.b))
+        print(compare(a, b, labels=(args.a, args.b)))
     return 0
 
 

@@ -310,6 +310,31 @@ def test_compare_uses_the_statistic_both_reports_print(tmp_path):
         compare(tmp_path / "a", iqm)
 
 
+def test_compare_reads_a_committed_report_directory_through_its_raw_archive(tmp_path, capsys, monkeypatch):
+    """`stalebench compare reports/reference-v3 reports/reference-v3-bridge`: a report directory holding
+    raw.tar.gz is compared through its unpacked trials, named as given, and the unpacked copy is removed."""
+    import tempfile
+
+    from harness.cli import main
+    from harness.store.archive import pack_suite
+
+    for name, final in (("a", 0.5), ("b", 0.6)):
+        d = suite_dir(tmp_path, name, statistic="mean")
+        for s in range(3):
+            trial(d, f"grpo-{s}", "grpo", 8, s, [0.2, final + 0.01 * s])
+    report = tmp_path / "reports" / "a"
+    report.mkdir(parents=True)
+    pack_suite(tmp_path / "a", report / "raw.tar.gz")
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(unpacked))
+    assert main(["compare", str(report), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"A = {report}, B = {tmp_path / 'b'}:")
+    assert "+0.100 [" in next(ln for ln in out if ln.startswith("grpo"))
+    assert list(unpacked.iterdir()) == []
+
+
 def test_evaluated_kept_policies_get_a_benchmark_table_with_hostile_text_escaped(tmp_path):
     d = suite_dir(tmp_path)
     trial(d, "t0", "grpo", 0, 0, [0.2, 0.3])
@@ -433,6 +458,39 @@ def test_the_suite_chooses_the_printed_statistic_and_the_caption_says_what_the_t
     with pytest.raises(ValueError, match=r"report.statistic: 'median' is not a statistic the report prints; "
                                          r"choose one of iqm, mean"):
         table("median", statistic="median")
+
+
+def test_a_report_that_prints_the_mean_says_so_in_its_leaderboard_figures_and_heatmaps(tmp_path, monkeypatch):
+    """report.statistic: mean (benchmark v3): the leaderboard, the statistics section, the figures and the
+    heatmaps show means with t intervals and their captions say so, never "IQM"; at 8 seeds with one
+    collapsed, grpo's heatmap cells read the mean (0.44), not the IQM (0.50)."""
+    import html
+    import re
+
+    from harness.report import heatmaps
+
+    written, heat = [], heatmaps._heat
+    monkeypatch.setattr(heatmaps, "_heat", lambda ax, v, text, *rest: (written.append(text), heat(ax, v, text, *rest)))
+    d = suite_dir(tmp_path, "mean", statistic="mean")
+    for s in range(8):
+        for eps in (0.1, 0.2):
+            for delay in (0, 8):
+                trial(d, f"grpo-{eps}-{delay}-{s}", "grpo", delay, s, [0.23, 0.0 if s == 0 else 0.5], eps=eps)
+                trial(d, f"m2po-{eps}-{delay}-{s}", "m2po", delay, s, [0.23, 0.6], eps=eps)
+    index = build_report(d, tmp_path / "out")
+    bundle = json.loads((index.parent / "results.json").read_text())
+    captions = {f["file"]: f["caption"] for f in bundle["figures"]}
+    for name in ("accuracy_vs_delay.png", "final_accuracy_intervals.png"):
+        assert "the mean over seeds with a 95% Student-t" in captions[name] and "IQM" not in captions[name]
+    assert "(the mean over seeds)" in captions["heatmap_delay_eps.png"]
+    page = " ".join(re.sub(r"<[^>]+>", " ", html.unescape(index.read_text())).split())
+    assert "Ranked by final held-out accuracy across seeds (the mean over seeds with a 95% Student-t CI;" in page
+    assert "A cell's value is the mean over its seeds with a 95% Student-t interval" in page
+    assert "IQM over seeds" not in page and "a cell's value is the IQM" not in page
+    assert {c["final"] for c in bundle["cells"] if c["algorithm"] == "grpo"} == {0.4375}
+    a = analysis(d)
+    heatmaps.eps_heatmap(a, fig.PlotData.build(a, load_results(d).metrics, []), fig.Output(tmp_path))
+    assert sorted({t for panel in written for row in panel for t in row}) == ["0.44", "0.60"]
 
 
 def test_three_seeds_resolve_nothing_and_slices_are_compared_by_kendall_tau(tmp_path):

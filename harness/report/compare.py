@@ -34,20 +34,23 @@ def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str],
     return res.name, cells, keys, res.settings.statistic
 
 
-def compare(a_dir: Path, b_dir: Path) -> str:
+def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> str:
+    """The side-by-side text; LABELS name A and B in it (default: the directories), e.g. the committed
+    report directories whose raw.tar.gz were unpacked into A and B."""
+    label_a, label_b = labels or (str(a_dir), str(b_dir))
     name_a, cells_a, keys_a, statistic = _finals(a_dir)
     name_b, cells_b, keys_b, statistic_b = _finals(b_dir)
     if statistic_b != statistic:
-        raise ValueError(f"{a_dir} prints the {statistic} and {b_dir} the {statistic_b} of each cell (report.statistic); "
+        raise ValueError(f"{label_a} prints the {statistic} and {label_b} the {statistic_b} of each cell (report.statistic); "
                          f"compare suites whose reports print the same statistic")
     extra = [k for k in keys_b if k not in keys_a]          # B's own slices (e.g. its bases), each set against A
     if [k for k in keys_b if k not in extra] != keys_a:
-        raise ValueError(f"{a_dir} and {b_dir} vary different grid keys ({', '.join(keys_a)} vs {', '.join(keys_b)}); "
+        raise ValueError(f"{label_a} and {label_b} vary different grid keys ({', '.join(keys_a)} vs {', '.join(keys_b)}); "
                          f"compare suites with the same axes, or B with more (pass the suite with fewer as A)")
     on_a = lambda key: tuple(v for k, v in zip(keys_b, key) if k not in extra)   # noqa: E731  B's cell -> A's
     common = sorted((key for key in cells_b if on_a(key) in cells_a), key=lambda k: tuple(str(v) for v in k))
     if not common:
-        raise ValueError(f"{a_dir} and {b_dir} have no cell (estimator, delay, ...) in common")
+        raise ValueError(f"{label_a} and {label_b} have no cell (estimator, delay, ...) in common")
     head = [*keys_b, f"A {name_a}", f"B {name_b}", "B - A [95% CI]", ""]
     rows = []
     for key in common:
@@ -70,7 +73,7 @@ def compare(a_dir: Path, b_dir: Path) -> str:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
     only = len(set(cells_a) ^ {on_a(key) for key in cells_b})
-    notes = [f"A = {a_dir}, B = {b_dir}: final held-out accuracy per cell ({len(common)} cells in common"
+    notes = [f"A = {label_a}, B = {label_b}: final held-out accuracy per cell ({len(common)} cells in common"
              + (f", {only} in only one" if only else "") + ").",
              ("Difference: mean, Welch t interval" if statistic == "mean" else
               "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval)")

@@ -43,7 +43,7 @@ from harness.report.tables import Analysis
 
 @FIGURES.register("accuracy")
 def accuracy_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
-    """Final accuracy (IQM, or mean below 5 seeds) vs delay per estimator, band = 95% interval; one
+    """Final accuracy (the cells' statistic, stats.estimate) vs delay per estimator, band = 95% interval; one
     panel per slice (wrapped); hollow markers = fewer than 5 seeds."""
     cells = _cells(a)
     if cells["delay"].nunique() < 2:
@@ -75,9 +75,9 @@ def accuracy_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | None
     png, svg = save(g, out, "accuracy_vs_delay", shared_legend(g, d, extra=extra), right=0.6)
     return FigureOut(png, "Accuracy vs delay",
                      f"Final held-out accuracy vs configured delay on a log2(1 + delay) axis, one panel per "
-                     f"slice, one line per estimator: IQM over seeds with a 95% bootstrap band, or with "
-                     f"fewer than {stats.MIN_CONFIDENT_SEEDS} seeds the mean with a Student-t band and a "
-                     f"hollow marker ({seed_range(cells['seeds'])} per point). y axis fitted to the data; "
+                     f"slice, one line per estimator: {stats.cell_rule(a.statistic, 'band')}; a hollow "
+                     f"marker: fewer than {stats.MIN_CONFIDENT_SEEDS} seeds ({seed_range(cells['seeds'])} per "
+                     f"point). y axis fitted to the data; "
                      f"{_levels_note(a.baseline)}{low_note(cells['seeds'])}", svg)
 
 
@@ -113,8 +113,8 @@ _SHARED = "; delay 0, where every estimator has the same value (shared on-policy
 def final_intervals(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy per estimator (rows) as interval estimates, one panel per delay (x slice), drawn
     as rliable's ``plot_utils.plot_interval_estimates`` draws them (google-research/rliable at 3ccd9f4):
-    a bar over the 95% interval, a black tick at the point. The numbers are the cells' (``stats.estimate``:
-    IQM + percentile bootstrap from 5 seeds, the mean + Student-t below, hatched; one seed: tick alone)."""
+    a bar over the 95% interval, a black tick at the point. The numbers are the cells' (``stats.estimate`` of
+    the suite's statistic; fewer than 5 seeds hatched; one seed: tick alone)."""
     cells = _cells(a)
     if cells.empty:
         return None
@@ -158,9 +158,9 @@ def final_intervals(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     return FigureOut(png, "Final accuracy intervals",
                      f"Final held-out accuracy per estimator, one panel per delay"
                      f"{' and slice' if len(d.slices) > 1 else ''}, drawn as rliable's interval plots: "
-                     f"the bar spans the 95% interval, the black tick is the point estimate: the IQM over seeds "
-                     f"with a percentile bootstrap interval, or with fewer than {stats.MIN_CONFIDENT_SEEDS} "
-                     f"seeds the mean with a Student-t interval (hatched bar; one seed: the tick alone) "
+                     f"the bar spans the 95% interval, the black tick is the point estimate: "
+                     f"{stats.cell_rule(a.statistic)} (hatched bar: fewer than {stats.MIN_CONFIDENT_SEEDS} "
+                     f"seeds; one seed: the tick alone) "
                      f"({seed_range(shown['seeds'])} per bar). Each delay's x axis is fitted to its "
                      f"intervals. Dashed line = the on-policy level "
                      f"({a.baseline} at delay 0){_SHARED if shared else ''}."

@@ -69,8 +69,8 @@ def _heat(ax: plt.Axes, values: np.ndarray, text: list[list[str]], xlabels: list
         spine.set_visible(False)
 
 
-def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
-    """Final accuracy (the cell value of ``stats.estimate``: IQM over seeds, the mean below 5) over delay x
+def heatmap(axis: str, a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
+    """Final accuracy (the cell value of ``stats.estimate`` of the suite's statistic) over delay x
     ``axis``, one panel per estimator, pooled over other keys; axis values in numeric order; the on-policy
     row set apart."""
     if axis not in d.other or len(d.delays) < 2:
@@ -78,7 +78,7 @@ def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
     pooled = [k for k in d.other if k != axis]
     values = sorted(d.done[axis].dropna().unique(), key=_sort_key)
     grouped = d.done.groupby(["algorithm", "delay", axis])["final_acc"]
-    table = grouped.agg(lambda x: stats.estimate(x.to_numpy()).point).rename("value").reset_index()
+    table = grouped.agg(lambda x: stats.estimate(x.to_numpy(), statistic=a.statistic).point).rename("value").reset_index()
 
     vlim = fitted(table["value"], margin=0)
     rows = [f"{show(x)} (on-policy)" if x == 0 else show(x) for x in d.delays]
@@ -103,9 +103,8 @@ def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
     counts = grouped.size()
     note = f", pooled over {', '.join(axis_name(k) for k in pooled)}" if pooled else ""
     return FigureOut(png, f"Heatmap: delay x {axis_name(axis)}",
-                     f"Final held-out accuracy across seeds (IQM; the mean below {stats.MIN_CONFIDENT_SEEDS} "
-                     f"seeds) for each delay (rows; the on-policy delay-0 "
-                     f"row first, set apart, where the suite has it) and {axis_name(axis)} (columns), one panel "
+                     f"Final held-out accuracy across seeds ({stats.cell_rule(a.statistic, None)}) for each "
+                     f"delay (rows; the on-policy delay-0 row first, set apart, where the suite has it) and {axis_name(axis)} (columns), one panel "
                      f"per estimator{note} ({seed_range(counts)} per cell). Colour scale fitted to the values "
                      f"({vlim[0]:.2f}..{vlim[1]:.2f}), the same in every panel; each cell's value is written in it.",
                      svg)
@@ -114,12 +113,12 @@ def heatmap(axis: str, d: PlotData, out: Output) -> FigureOut | None:
 @FIGURES.register("eps")
 def eps_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy over delay x ε (heatmap)."""
-    return heatmap("eps", d, out)
+    return heatmap("eps", a, d, out)
 
 
 @FIGURES.register("group_size")
 def group_size_heatmap(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Final accuracy over delay x G (heatmap)."""
-    return heatmap("group_size", d, out)
+    return heatmap("group_size", a, d, out)
 
 

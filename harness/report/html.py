@@ -215,6 +215,8 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
         "warnings": prov.warnings + alarms,
         "low_confidence": low,
         "min_seeds": stats.MIN_CONFIDENT_SEEDS,
+        "statistic": a.statistic,
+        "cell_rule": stats.cell_rule(a.statistic, "CI"),
         "agreement": [{"a": r["slice_a"], "b": r["slice_b"], "n": r["estimators"],
                        "tau": "—" if not np.isfinite(r["tau"]) else f"{r['tau']:.2f}"}
                       for r in a.agreement.to_dict("records")],

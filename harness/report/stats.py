@@ -132,6 +132,17 @@ def estimate(x: np.ndarray, seed: int = 0, bounds: tuple[float, float] = (0.0, 1
     return Estimate(point, max(lo, bounds[0]), min(hi, bounds[1]), n, name, method)
 
 
+def cell_rule(statistic: str, band: str | None = "interval") -> str:
+    """How ``estimate(..., statistic=statistic)`` computes a cell's value and (unless BAND is None) its 95%
+    BAND, in words, for captions (the report prints the statistic its suite asks for: ``report.statistic``)."""
+    if statistic == "mean":
+        return "the mean over seeds" + (f" with a 95% Student-t {band}" if band else "")
+    if band is None:
+        return f"the IQM over seeds; the mean below {MIN_CONFIDENT_SEEDS} seeds"
+    return (f"the IQM over seeds (mean of the middle 50%) with a 95% percentile bootstrap {band}, or with fewer "
+            f"than {MIN_CONFIDENT_SEEDS} seeds the mean with a Student-t {band}")
+
+
 def intervals_overlap(a: Estimate, b: Estimate) -> bool | None:
     """Whether the intervals of ``a`` and ``b`` overlap; None when either has no interval."""
     if not (np.isfinite(a.lo) and np.isfinite(b.lo)):

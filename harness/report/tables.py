@@ -325,6 +325,7 @@ class Analysis:
     baseline: str
     pairs: list[resolve.PairTest]  # every table's estimator pairs, tested (resolve.pair_tests)
     agreement: pd.DataFrame  # Kendall's tau between slices' rankings at the largest delay
+    statistic: str  # what a cell's value is (report.statistic: "iqm" or "mean"; stats.estimate)
 
 
 def analyse(res: SuiteResults) -> Analysis:
@@ -339,4 +340,5 @@ def analyse(res: SuiteResults) -> Analysis:
                                          statistic=res.settings.statistic), res)
     board, top_delay = leaderboard(cells)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
-                    res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay))
+                    res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay),
+                    res.settings.statistic)
