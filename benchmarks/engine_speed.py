@@ -2,6 +2,7 @@
 
     python benchmarks/engine_speed.py                          # 12 steps after 3 per system; T = 16, 32, 64, 128
     python benchmarks/engine_speed.py --steps 6 --warmup 2 --lengths 16,128    # quick look
+    python benchmarks/engine_speed.py --profile                # where engine 3's v2-shape step spends its CPU
 
 Part 1, v2's shape: two trainers of the v2 reference's on-policy trial (suites/reference-v2.yaml, grpo, delay
 0, seed 0, the frozen base tiny-cumsum-v2a, 8 prompts x 16 responses of 6-21 tokens, one thread), one with
@@ -19,11 +20,17 @@ per response token, and the paired ratio. A cost per token that stays flat as T 
 Both engines run in this process on the trials' pinned float path (harness/trial/numerics.py: engine 2's
 matmuls in MKL's COMPATIBLE branch, engine 3's in OpenBLAS's Haswell kernels), printed at the start. The
 1-minute load average is printed at the start and the end: on a shared 2-core machine, read the ratios.
+
+--profile: engine 3 alone, --steps on-policy v2-shape steps after --warmup under cProfile; prints the
+functions with the largest own CPU time and their share of the profiled steps (an OpenBLAS GEMM is its
+Python wrapper's own time: harness/rollout/gemm3.py calls it through ctypes).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -92,13 +99,33 @@ def lockstep(systems: dict[str, Trainer], steps: int, warmup: int) -> dict[str, 
     return {n: r[warmup:] for n, r in rows.items()}
 
 
+def profile(steps: int, warmup: int, top: int = 10) -> None:
+    t = trainer(ENGINES["engine 3"])
+    for i in range(warmup):
+        step(t, i, [])
+    prof = cProfile.Profile(time.process_time)
+    prof.runcall(lambda: [step(t, warmup + i, []) for i in range(steps)])
+    st = pstats.Stats(prof)
+    total = st.total_tt
+    print(f"engine 3, v2 shape: {total / steps:.3f} CPU s/step over {steps} steps (cProfile's overhead included); "
+          f"largest own time:")
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (path, line, name), (_, calls, own, _, _) in rows:
+        where = f"{Path(path).name}:{line}" if line else path
+        print(f"  {own / total:6.1%}  {calls:>8} calls  {name} ({where})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--lengths", default="16,32,64,128", help="response lengths T of part 2 ('' skips it)")
+    p.add_argument("--profile", action="store_true", help="profile engine 3's v2-shape steps instead (cProfile)")
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.profile:
+        print(f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
+        return profile(args.steps, args.warmup)
     print(f"load average {os.getloadavg()[0]:.2f} at the start; torch threads 1; float paths: engine 2 "
           f"{numerics.record('cpu', 2)['float_path']}, engine 3 {numerics.record('cpu', 3)['float_path']}", flush=True)
     for T in [int(x) for x in args.lengths.split(",") if x]:
