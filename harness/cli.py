@@ -17,7 +17,6 @@ they become part of each trial's resolved config, and so of its identity.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import subprocess
 import sys
@@ -292,13 +291,8 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from harness.report.compare import compare
-    from harness.reproduce import committed_results
-    from harness.store.archive import ARCHIVE_NAME
-    with contextlib.ExitStack() as stack:
-        a, b = (stack.enter_context(committed_results(Path(arg))) if (Path(arg) / ARCHIVE_NAME).is_file()
-                else results_dir(arg, Path(args.results)) for arg in (args.a, args.b))
-        print(compare(a, b, labels=(args.a, args.b)))
+    from harness.report.compare import compare_committed
+    print(compare_committed(results_dir(args.a, Path(args.results)), results_dir(args.b, Path(args.results))))
     return 0
 
 

@@ -37,8 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from harness.trial import numerics
 from harness.store import trialdir
 from harness.config.run import ConfigError, RunConfig
 from harness.config.dicts import to_dict
-from harness.store.archive import ARCHIVE_NAME as ARCHIVE, open_archive
+from harness.store.archive import committed_results
 from harness.config.expand import Suite, Trial, load_suite_trials, select_trials
 from harness.store.trialdir import SUITE_FILE
 from harness.suite.session import write_suite_file
@@ -57,24 +56,6 @@ from harness.store.untrusted_json import read_json_file
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
 BUNDLE = "results.json"          # the report's published numbers (report/html.py), beside raw.tar.gz
 MAX_BUNDLE_BYTES = 256 * 2**20
-
-
-@contextlib.contextmanager
-def committed_results(report_dir: Path) -> Iterator[Path]:
-    """The committed suite results directory behind REPORT_DIR: its raw.tar.gz unpacked into a temporary
-    directory (removed afterwards), or REPORT_DIR itself when it is a results directory."""
-    report_dir = Path(report_dir)
-    if (report_dir / ARCHIVE).is_file():
-        unpacked = Path(open_archive(report_dir / ARCHIVE))
-        try:
-            yield unpacked
-        finally:
-            shutil.rmtree(unpacked, ignore_errors=True)
-    elif (report_dir / SUITE_FILE).is_file():
-        yield report_dir
-    else:
-        raise ConfigError(f"{report_dir}: neither {ARCHIVE} nor a suite results directory ({SUITE_FILE} and "
-                          f"trial directories); pass a committed report directory or results/<suite>")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from harness.bases import base_identity
 from harness.bases.models import load_model
 from harness.rollout import gemm3, lean3, response_logits
 from harness.rollout.hf import HFEngine
-from harness.reproduce import committed_results
+from harness.store.archive import committed_results
 from harness.config.expand import load_suite_trials
 from harness.rollout.lean import LeanEngine
 from harness.config.run import build_run_config

@@ -13,6 +13,7 @@ of suites/reference-v2-bases.yaml against the main table): each of its slices is
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from harness.report import stats
 from harness.report.load import load_results
 from harness.report.tables import FINISHED, analyse
+from harness.store.archive import committed_results
 
 
 def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str], str]:
@@ -79,3 +81,10 @@ def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> 
               "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval)")
              + "; 'differs' = the interval excludes 0."]
     return "\n".join([*notes, line(head), *map(line, rows), *taus])
+
+
+def compare_committed(a: Path, b: Path) -> str:
+    """``compare`` of two results directories or committed report directories (reports/reference-v3): a
+    report's raw.tar.gz is unpacked for the comparison and removed afterwards."""
+    with contextlib.ExitStack() as stack:
+        return compare(*(stack.enter_context(committed_results(d)) for d in (a, b)), labels=(str(a), str(b)))

@@ -19,6 +19,7 @@ on every way out but success.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -26,6 +27,7 @@ import shutil
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from harness.store import trialdir, untrusted
@@ -129,6 +131,24 @@ def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
         raise ArchiveError(f"{where}: unexpected member {name[:120]!r}; a raw archive holds {', '.join(SUITE_FILES)} "
                            f"and <trial_id>/{{{', '.join(trialdir.RAW)}}} only")
     return path
+
+
+@contextlib.contextmanager
+def committed_results(report_dir: Path) -> Iterator[Path]:
+    """The committed suite results directory behind REPORT_DIR: its raw.tar.gz unpacked into a temporary
+    directory (removed afterwards), or REPORT_DIR itself when it is a results directory."""
+    report_dir = Path(report_dir)
+    if (report_dir / ARCHIVE_NAME).is_file():
+        unpacked = Path(open_archive(report_dir / ARCHIVE_NAME))
+        try:
+            yield unpacked
+        finally:
+            shutil.rmtree(unpacked, ignore_errors=True)
+    elif (report_dir / SUITE_FILE).is_file():
+        yield report_dir
+    else:
+        raise ArchiveError(f"{report_dir}: neither {ARCHIVE_NAME} nor a suite results directory ({SUITE_FILE} and "
+                           f"trial directories); pass a committed report directory or results/<suite>")
 
 
 def open_archive(path: Path) -> Path:
