@@ -5,11 +5,12 @@ Cells are matched on the cell keys both suites share (estimator, delay, and any 
 per-seed final accuracies are the report's (diverged trials score 0 from the divergence on), and the
 cells and their difference use the statistic both suites' reports print (``report.statistic``; suites that
 print different ones are refused): ``stats.difference_estimate``, for "iqm" an IQM bootstrap with >= 5 seeds a
-side and Welch t below, marked `*`; for "mean" the mean difference with Welch's t interval. "differs" means the interval excludes 0. Below the cells, per delay (and other shared
-key), Kendall's tau-b between the two suites' rankings of the estimators by that point estimate
+side and Welch t below, marked `*`; for "mean" the mean difference with Welch's t interval. "differs" means
+the interval excludes 0. Below the cells, per delay (and other shared key), Kendall's tau-b between the two suites' rankings of the estimators by that point estimate
 (``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
 machine), whether or not any single difference is resolved. B may vary grid keys A does not (the other bases
 of suites/reference-v2-bases.yaml against the main table): each of its slices is set against A's cells.
+A and B may be committed report directories: ``compare_committed`` reads their raw.tar.gz.
 """
 from __future__ import annotations
 
@@ -43,12 +44,13 @@ def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> 
     name_a, cells_a, keys_a, statistic = _finals(a_dir)
     name_b, cells_b, keys_b, statistic_b = _finals(b_dir)
     if statistic_b != statistic:
-        raise ValueError(f"{label_a} prints the {statistic} and {label_b} the {statistic_b} of each cell (report.statistic); "
-                         f"compare suites whose reports print the same statistic")
+        raise ValueError(f"{label_a} prints the {statistic} and {label_b} the {statistic_b} of each cell "
+                         f"(report.statistic); compare suites whose reports print the same statistic")
     extra = [k for k in keys_b if k not in keys_a]          # B's own slices (e.g. its bases), each set against A
     if [k for k in keys_b if k not in extra] != keys_a:
-        raise ValueError(f"{label_a} and {label_b} vary different grid keys ({', '.join(keys_a)} vs {', '.join(keys_b)}); "
-                         f"compare suites with the same axes, or B with more (pass the suite with fewer as A)")
+        raise ValueError(f"{label_a} and {label_b} vary different grid keys ({', '.join(keys_a)} vs "
+                         f"{', '.join(keys_b)}); compare suites with the same axes, or B with more (pass the suite "
+                         f"with fewer as A)")
     on_a = lambda key: tuple(v for k, v in zip(keys_b, key) if k not in extra)   # noqa: E731  B's cell -> A's
     common = sorted((key for key in cells_b if on_a(key) in cells_a), key=lambda k: tuple(str(v) for v in k))
     if not common:

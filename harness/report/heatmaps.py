@@ -78,7 +78,8 @@ def heatmap(axis: str, a: Analysis, d: PlotData, out: Output) -> FigureOut | Non
     pooled = [k for k in d.other if k != axis]
     values = sorted(d.done[axis].dropna().unique(), key=_sort_key)
     grouped = d.done.groupby(["algorithm", "delay", axis])["final_acc"]
-    table = grouped.agg(lambda x: stats.estimate(x.to_numpy(), statistic=a.statistic).point).rename("value").reset_index()
+    value = lambda x: stats.estimate(x.to_numpy(), statistic=a.statistic).point   # noqa: E731
+    table = grouped.agg(value).rename("value").reset_index()
 
     vlim = fitted(table["value"], margin=0)
     rows = [f"{show(x)} (on-policy)" if x == 0 else show(x) for x in d.delays]
@@ -104,8 +105,8 @@ def heatmap(axis: str, a: Analysis, d: PlotData, out: Output) -> FigureOut | Non
     note = f", pooled over {', '.join(axis_name(k) for k in pooled)}" if pooled else ""
     return FigureOut(png, f"Heatmap: delay x {axis_name(axis)}",
                      f"Final held-out accuracy across seeds ({stats.cell_rule(a.statistic, None)}) for each "
-                     f"delay (rows; the on-policy delay-0 row first, set apart, where the suite has it) and {axis_name(axis)} (columns), one panel "
-                     f"per estimator{note} ({seed_range(counts)} per cell). Colour scale fitted to the values "
+                     f"delay (rows; the on-policy delay-0 row first, set apart, where the suite has it) and "
+                     f"{axis_name(axis)} (columns), one panel per estimator{note} ({seed_range(counts)} per cell). Colour scale fitted to the values "
                      f"({vlim[0]:.2f}..{vlim[1]:.2f}), the same in every panel; each cell's value is written in it.",
                      svg)
 
