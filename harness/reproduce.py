@@ -335,7 +335,8 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
             + (f" (their first {steps} steps)" if steps else ""),
             f"identical: bit for bit; on another float path or CPU vendor: the difference of "
             f"{'final accuracy' if steps is None else f'accuracy at step {steps}'} and its "
-            "95% interval (IQM bootstrap >= 5 seeds, * Welch t), 'agrees' when it contains 0 (docs/reproducibility.md)"]
+            f"95% interval ({'mean, Welch t; *' if suite.report.statistic == 'mean' else 'IQM bootstrap; * Welch t,'} "
+            f"fewer than 5 seeds), 'agrees' when it contains 0 (docs/reproducibility.md)"]
     lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
     return "\n".join([*head, *lines, ", ".join(f"{v}: {n}" for v, n in counts.items())]), rows
 

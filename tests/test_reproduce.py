@@ -87,6 +87,13 @@ def test_another_float_path_is_tested_with_the_interval_of_the_difference(commit
     detail = {cell: d for cell, _, d in rows}
     assert "-0.016 [-0.214, +0.183]*" in detail["algorithm=grpo delay=0"]
     assert "-0.500 [-0.500, -0.500]*" in detail["algorithm=naive delay=0"]
+    assert "95% interval (IQM bootstrap; * Welch t, fewer than 5 seeds)" in text
+    # A suite whose report prints the mean (benchmark v3) is tested, and says it is, by the mean and Welch t.
+    suite = yaml.safe_load((other / "suite.yaml").read_text())
+    (other / "suite.yaml").write_text(yaml.safe_dump({**suite, "report": {"statistic": "mean"}}))
+    text, rows = reproduce(other, ["algorithm=grpo"], tmp_path / "results-mean", run_in_process)
+    assert "95% interval (mean, Welch t; * fewer than 5 seeds)" in text and "IQM" not in text
+    assert "-0.016 [-0.214, +0.183]*" in {cell: d for cell, _, d in rows}["algorithm=grpo delay=0"]
 
 
 def test_another_cpu_vendor_on_the_same_float_path_is_tested_statistically(committed, tmp_path):
