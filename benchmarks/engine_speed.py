@@ -3,6 +3,7 @@
     python benchmarks/engine_speed.py                          # 12 steps after 3 per system; T = 16, 32, 64, 128
     python benchmarks/engine_speed.py --steps 6 --warmup 2 --lengths 16,128    # quick look
     python benchmarks/engine_speed.py --profile                # where engine 3's v2-shape step spends its CPU
+    python benchmarks/engine_speed.py --padding                # v3's minibatch updates with and without buckets
 
 Part 1, v2's shape: two trainers of the v2 reference's on-policy trial (suites/reference-v2.yaml, grpo, delay
 0, seed 0, the frozen base tiny-cumsum-v2a, 8 prompts x 16 responses of 6-21 tokens, one thread), one with
@@ -24,6 +25,12 @@ matmuls in MKL's COMPATIBLE branch, engine 3's in OpenBLAS's Haswell kernels), p
 --profile: engine 3 alone, --steps on-policy v2-shape steps after --warmup under cProfile; prints the
 functions with the largest own CPU time and their share of the profiled steps (an OpenBLAS GEMM is its
 Python wrapper's own time: harness/rollout/gemm3.py calls it through ctypes).
+
+--padding: v3's shape (suites/reference-v3.yaml's on-policy grpo trial, seed 0: 8 prompts x 16 responses of
+25-97 tokens, 4 minibatch updates per batch). Each minibatch is trained on twice in turn, once with the
+update's attention in length buckets (lean3.PADDING_WASTE_MAX as set) and once padded to one length
+(buckets off), which goes first alternating; printed: the padding waste of the minibatches' response grids
+and the paired ratio of the update's CPU time without buckets over with them (> 1: the buckets pay).
 """
 from __future__ import annotations
 
@@ -115,17 +122,40 @@ def profile(steps: int, warmup: int, top: int = 10) -> None:
         print(f"  {own / total:6.1%}  {calls:>8} calls  {name} ({where})")
 
 
+def padding(steps: int, warmup: int) -> None:
+    suite = load_suite_file(REPO / "suites" / "reference-v3.yaml")
+    t = Trainer(build_run_config(suite.base, {"seed": 0, "delay": 0, "algorithm": "grpo"}))
+    waste, ratios, threshold = [], [], lean3.PADDING_WASTE_MAX
+    for i in range(warmup + steps):
+        for j, part in enumerate(t.make_batch(i).minibatches(t.cfg.train.minibatches)):
+            cpu = {}
+            for bucketed in ((True, False) if j % 2 == 0 else (False, True)):
+                lean3.PADDING_WASTE_MAX = threshold if bucketed else 1.0
+                start = time.process_time()
+                t.update(part)
+                cpu[bucketed] = time.process_time() - start
+            lean3.PADDING_WASTE_MAX = threshold
+            if i >= warmup:
+                waste.append(lean3.padding_waste(part.rollout.response_mask))
+                ratios.append(cpu[False] / cpu[True])
+    print(f"v3 shape: padding waste of the minibatches' response grids median {statistics.median(waste):.0%} "
+          f"({min(waste):.0%}-{max(waste):.0%}, {len(waste)} minibatches; buckets above {threshold:.0%})")
+    print(f"update CPU time without buckets / with them: {statistics.median(ratios):.2f}x (paired median)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--lengths", default="16,32,64,128", help="response lengths T of part 2 ('' skips it)")
     p.add_argument("--profile", action="store_true", help="profile engine 3's v2-shape steps instead (cProfile)")
+    p.add_argument("--padding", action="store_true", help="v3's updates with and without length buckets instead")
     args = p.parse_args()
     torch.set_num_threads(1)
-    if args.profile:
+    if args.profile or args.padding:
         print(f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
-        return profile(args.steps, args.warmup)
+        (profile if args.profile else padding)(args.steps, args.warmup)
+        return print(f"load average {os.getloadavg()[0]:.2f} at the end")
     print(f"load average {os.getloadavg()[0]:.2f} at the start; torch threads 1; float paths: engine 2 "
           f"{numerics.record('cpu', 2)['float_path']}, engine 3 {numerics.record('cpu', 3)['float_path']}", flush=True)
     for T in [int(x) for x in args.lengths.split(",") if x]:
