@@ -30,7 +30,8 @@ Python wrapper's own time: harness/rollout/gemm3.py calls it through ctypes).
 25-97 tokens, 4 minibatch updates per batch). Each minibatch is trained on twice in turn, once with the
 update's attention in length buckets (lean3.PADDING_WASTE_MAX as set) and once padded to one length
 (buckets off), which goes first alternating; printed: the padding waste of the minibatches' response grids
-and the paired ratio of the update's CPU time without buckets over with them (> 1: the buckets pay).
+and the paired ratio of the update's CPU time without buckets over with them (> 1: the buckets pay), and the
+largest difference of the response logits with and without them (other bits: the threshold is engine 3's).
 """
 from __future__ import annotations
 
@@ -125,9 +126,10 @@ def profile(steps: int, warmup: int, top: int = 10) -> None:
 def padding(steps: int, warmup: int) -> None:
     suite = load_suite_file(REPO / "suites" / "reference-v3.yaml")
     t = Trainer(build_run_config(suite.base, {"seed": 0, "delay": 0, "algorithm": "grpo"}))
-    waste, ratios, threshold = [], [], lean3.PADDING_WASTE_MAX
+    waste, ratios, diffs, threshold = [], [], [], lean3.PADDING_WASTE_MAX
     for i in range(warmup + steps):
         for j, part in enumerate(t.make_batch(i).minibatches(t.cfg.train.minibatches)):
+            diffs.append(_bucket_difference(t, part.rollout, threshold))
             cpu = {}
             for bucketed in ((True, False) if j % 2 == 0 else (False, True)):
                 lean3.PADDING_WASTE_MAX = threshold if bucketed else 1.0
@@ -141,6 +143,18 @@ def padding(steps: int, warmup: int) -> None:
     print(f"v3 shape: padding waste of the minibatches' response grids median {statistics.median(waste):.0%} "
           f"({min(waste):.0%}-{max(waste):.0%}, {len(waste)} minibatches; buckets above {threshold:.0%})")
     print(f"update CPU time without buckets / with them: {statistics.median(ratios):.2f}x (paired median)")
+    print(f"largest |logit| difference, buckets against none: {max(diffs):.1e} (0 = the same bits)")
+
+
+def _bucket_difference(t: Trainer, r, threshold: float) -> float:
+    """The largest difference of the trainer's response logits with and without length buckets (no grad)."""
+    rows, mask, logits = slice(0, r.response_ids.shape[0]), r.response_mask.bool(), []
+    for limit in (threshold, 1.0):
+        lean3.PADDING_WASTE_MAX = limit
+        with torch.no_grad():
+            logits.append(lean3.response_logits(t.model, r, rows, t.cfg.group_size)[mask])
+    lean3.PADDING_WASTE_MAX = threshold
+    return float((logits[0] - logits[1]).abs().max())
 
 
 def main() -> None:
