@@ -2,6 +2,8 @@
 and one-line ConfigErrors for bad suite files, in-process and through the CLI (exit 2, nothing written)."""
 from __future__ import annotations
 
+import json
+
 import os
 import subprocess
 import sys
@@ -297,6 +299,22 @@ def test_the_v3_bridge_configures_its_trials_as_the_table_does_but_for_one_updat
     assert bridge.algorithms == reference.algorithms[:3] and bridge.grid["delay"] == [max(reference.grid["delay"])]
     assert bridge.seeds == reference.seeds and bridge.report == reference.report
     assert bridge.overrides == {a: reference.overrides[a] for a in bridge.algorithms}
+
+
+def test_the_v3_second_base_suite_is_the_bridges_cells_at_k_4_on_the_second_accepted_base():
+    """reference-v3-bases (docs/benchmark-v3.md §7, τ on the second base) is the table's base block but for
+    model.base, which names an accepted v3 candidate other than the table's, with the bridge's estimators,
+    delay, seeds and lrs."""
+    reference = load_suite_file(REPO / "suites" / "reference-v3.yaml")
+    bases = load_suite_file(REPO / "suites" / "reference-v3-bases.yaml")
+    bridge = load_suite_file(REPO / "suites" / "reference-v3-bridge.yaml")
+    second, first = bases.base["model"].pop("base"), reference.base["model"].pop("base")
+    assert bases.base == reference.base
+    candidates = [json.loads(line) for line in (REPO / "harness" / "bases" / "candidates.jsonl").read_text().splitlines()]
+    accepted = [c["name"] for c in candidates if c["accepted"] and c["recipe"]["task"] == "cumsum-long"]
+    assert accepted[:2] == [first, second]                    # §2: warm-up seeds in order, the first two accepted
+    assert (bases.algorithms, bases.grid["delay"], bases.seeds, bases.report, bases.overrides) == \
+        (bridge.algorithms, bridge.grid["delay"], bridge.seeds, bridge.report, bridge.overrides)
 
 
 @pytest.mark.parametrize("slice_name, reference_name", [("quickstart.yaml", "reference.yaml"),
