@@ -317,6 +317,18 @@ def test_the_v3_second_base_suite_is_the_bridges_cells_at_k_4_on_the_second_acce
         (bridge.algorithms, bridge.grid["delay"], bridge.seeds, bridge.report, bridge.overrides)
 
 
+def test_the_v3_regime_on_the_second_base_is_the_design_runs_largest_delay_on_that_base():
+    """regime-v3-bases (docs/benchmark-v3.md §3 on each accepted base) is design-v3 but for model.base, which is
+    reference-v3-bases', and its delays, only the table's largest."""
+    design = load_suite_file(REPO / "suites" / "design-v3.yaml")
+    regime = load_suite_file(REPO / "suites" / "regime-v3-bases.yaml")
+    second = load_suite_file(REPO / "suites" / "reference-v3-bases.yaml").base["model"]["base"]
+    assert regime.base["model"].pop("base") == second and design.base["model"].pop("base") != second
+    assert regime.base == design.base and regime.algorithms == design.algorithms == ["grpo"]
+    table = load_suite_file(REPO / "suites" / "reference-v3.yaml")
+    assert regime.grid["delay"] == [max(table.grid["delay"])] and regime.seeds == design.seeds
+
+
 @pytest.mark.parametrize("slice_name, reference_name", [("quickstart.yaml", "reference.yaml"),
                                                         ("quickstart-v2.yaml", "reference-v2.yaml"),
                                                         ("quickstart-v3.yaml", "reference-v3.yaml")])
