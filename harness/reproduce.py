@@ -312,6 +312,7 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
     """Rerun REPORT_DIR's finished trials (the --only slice; with ``steps``, their first ``steps`` steps)
     with `run(suite, trials, out_root)`, which writes them to out_root/<suite>/; returns the verdict table
     and its rows (cell, verdict, detail)."""
+    from harness.report.stats import MIN_CONFIDENT_SEEDS
     with committed_results(report_dir) as committed:
         suite, every = load_suite_trials(committed / SUITE_FILE, stored=True)
         rerun, refused = planned(every, committed, only)
@@ -336,7 +337,7 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
             f"identical: bit for bit; on another float path or CPU vendor: the difference of "
             f"{'final accuracy' if steps is None else f'accuracy at step {steps}'} and its "
             f"95% interval ({'mean, Welch t; *' if suite.report.statistic == 'mean' else 'IQM bootstrap; * Welch t,'} "
-            f"fewer than 5 seeds), 'agrees' when it contains 0 (docs/reproducibility.md)"]
+            f"fewer than {MIN_CONFIDENT_SEEDS} seeds), 'agrees' when it contains 0 (docs/reproducibility.md)"]
     lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
     return "\n".join([*head, *lines, ", ".join(f"{v}: {n}" for v, n in counts.items())]), rows
 
