@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -323,8 +323,8 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
         new_dir = trialdir.suite_results_dir(out_root, suite.name)
         new_dir.mkdir(parents=True, exist_ok=True)
         write_suite_file(suite, new_dir)                                     # the same effective suite
-        if rerun:
-            run(suite, rerun, out_root)
+        if rerun:            # a rerun is checked against the committed trials: never restored from a campaign
+            run(replace(suite, campaign=False), rerun, out_root)
         checks = refused + [_checked(t, committed, new_dir, steps) for t in rerun]
         order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])

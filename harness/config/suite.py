@@ -16,6 +16,7 @@ reads results/<suite>/suite.yaml through the same schema that `stalebench check`
     report: {collapse: {...}, baseline: grpo}                      # ReportSection (read by the report)
     tune: {param: train.lr, low: 1e-5, high: 1e-3, ...}            # TuneSpec (read by `stalebench tune`)
     tracking: {wandb: {project: stalebench, mode: offline}}        # tracking.TrackingConfig (mirrors)
+    campaign: false                   # true: finished trials are committed to campaigns/<suite>/ as they land
 
 Every problem is a one-line ConfigError naming the key. What needs a resolved, validated run config
 (every trial's config, the tune bounds) is checked by suite.load_suite_file, which `check` runs.
@@ -41,7 +42,7 @@ from harness.store.tracking.mirrors import TrackingConfig
 from harness.store.untrusted import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
-              "share_on_policy", "overrides_scope", "tracking")
+              "share_on_policy", "overrides_scope", "tracking", "campaign")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
@@ -201,6 +202,8 @@ class Suite:
     overrides_scope: str = "all"  # `stale`: overrides apply only where the trial is not on-policy (a tuned lr at
                                   # delay > 0, the base's lr in the shared delay-0 run)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
+    campaign: bool = False        # finished trials land in campaigns/<suite>/ (committed) and are restored from
+                                  # there on a new machine (harness/store/campaign.py; not trial config)
     source: str = ""              # the suite file's text (hashed for provenance)
 
     @property
@@ -281,6 +284,9 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
     share = data.get("share_on_policy", False)
     if not isinstance(share, bool):
         raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
+    campaign = data.get("campaign", False)
+    if not isinstance(campaign, bool):
+        raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
     scope = data.get("overrides_scope", "all")
     if scope not in OVERRIDES_SCOPES:
         raise _fail(where, f"overrides_scope: expected one of {', '.join(OVERRIDES_SCOPES)}; got {short(scope)}")
@@ -294,7 +300,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         tracking.validate("tracking")
         suite = Suite(name, version, dict(base), grid, list(seeds), resources, {k: dict(v) for k, v in overrides.items()},
                       data.get("notes", ""), share_on_policy=share, overrides_scope=scope, tracking=tracking,
-                      source=source)
+                      campaign=campaign, source=source)
         return Suite(**{**{f.name: getattr(suite, f.name) for f in fields(Suite)},
                         "report": _report(data.get("report"), suite), "tune": _tune(data.get("tune"), suite)})
     except ConfigError as exc:

@@ -58,15 +58,18 @@ def _trial_dirs(suite_dir: Path) -> list[Path]:
                   and any((d / name).is_file() for name in trialdir.RECORD))
 
 
-def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None) -> Path:
+def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None,
+               only: frozenset[str] | None = None) -> Path:
     """Write ``out_path`` (a .tar.gz) holding ``suite_dir``'s suite.yaml and the record files of each trial
-    of ``trials_from`` (default: ``suite_dir``; its tune/ directory packs the suite's tuning trials); returns
-    it. Written to a temporary file beside it first, so a failure leaves nothing half written."""
+    of ``trials_from`` (default: ``suite_dir``; its tune/ directory packs the suite's tuning trials), or of
+    the trials named in ``only``; returns it. Written to a temporary file beside it first, so a failure
+    leaves nothing half written."""
     suite_dir, out_path = Path(suite_dir), Path(out_path)
     if not (suite_dir / SUITE_FILE).is_file():
         raise ArchiveError(f"{suite_dir} is not a suite results dir (no {SUITE_FILE}); pass results/<suite>")
     trials = [(f"{d.name}/{name}", d / name) for d in _trial_dirs(Path(trials_from) if trials_from is not None
                                                                      else suite_dir)
+              if only is None or d.name in only
               for name in trialdir.RAW if (d / name).is_file() and not (d / name).is_symlink()]
     suite_files = [SUITE_FILE] if trials_from is not None else [
         name for name in SUITE_FILES if (suite_dir / name).is_file() and not (suite_dir / name).is_symlink()]

@@ -1,6 +1,7 @@
 """One suite session: the preflight every driver of a suite shares (`run`, `tune`, `train`), in one order.
 
     1. the results directory is named (a file there is refused)                  nothing written
+       (a campaign suite's landed trials are restored into it first: store/campaign.py)
     2. each distinct base checkpoint the trials start from is verified, once       nothing written
        (the trial kinds say which need one: kinds.py)
     3. every mirror the suite's `tracking:` asks for can work here                 nothing written
@@ -21,7 +22,8 @@ from harness.config.suite import Suite
 from harness.config.expand import Trial
 from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity
-from harness.store.trialdir import FINAL, SUITE_FILE, read_status, suite_results_dir
+from harness.store.campaign import campaign_dir, restore
+from harness.store.trialdir import FINAL, SUITE_FILE, read_status, suite_results_dir, tune_dir
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class SuiteSession:
         verify_bases(trials)
         if mirrored:
             check_mirrors(suite.tracking)
+        if suite.campaign:                     # trials landed by earlier machines come first (store/campaign.py)
+            restore(campaign_dir(suite.name), suite_dir)
+            restore(campaign_dir(suite.name, tuning=True), tune_dir(suite_dir))
         superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
         write_suite_file(suite, suite_dir)
         return cls(suite, trials, suite_dir, superseded)

@@ -22,6 +22,7 @@ from pathlib import Path
 from harness.suite import coincidences
 from harness.config.run import ConfigError
 from harness.config.kinds import suite_kinds
+from harness.store.campaign import campaign_dir
 from harness.suite.session import SuiteSession
 from harness.suite.status import ProgressLine, count_statuses
 from harness.config.expand import Suite, Trial, expand, select_trials
@@ -69,7 +70,8 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         try:
             steps = {t.trial_id: t.config.train.steps for t in trials}
             with ProgressThread(ProgressLine(suite_dir, steps), progress):
-                fit(suite, pending, suite_dir, mirrors(suite, target, Path(results_root)), say)
+                fit(suite, pending, suite_dir, mirrors(suite, target, Path(results_root)), say,
+                    land_to=campaign_dir(suite.name) if suite.campaign else None)
             interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in ENDED
                               for t in pending)
         finally:

@@ -12,8 +12,9 @@ import fcntl
 import logging
 import os
 import socket
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from harness.trial import numerics
 from harness.config.run import ConfigError
 from harness.suite.status import last_eval
 from harness.config.expand import Resources, Suite, Trial
+from harness.store import campaign
 from harness.store.tracking import RunLog, Target
 from harness.trial.lifecycle import TrialFailed, mirror_params, run_trial
 from harness.store.trialdir import lock_path, ray_dir, read_evals, read_status
@@ -158,11 +160,12 @@ def storage_path(suite_dir: Path) -> str:
 
 
 def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say: Say, name: str | None = None,
-        storage_dir: Path | None = None) -> None:
+        storage_dir: Path | None = None, land_to: Path | None = None) -> None:
     """One Tune experiment: a grid over the trial ids, FIFO (no early stopping), Tune's retries for
     transient failures; a trial failing every try is recorded as failed and the suite goes on. The trials
     live in `suite_dir` (a grid search's: results/<suite>/tune), Tune's files under `storage_dir`'s (default:
-    suite_dir's) storage_path, as experiment `name` (default: the suite's name and the time)."""
+    suite_dir's) storage_path, as experiment `name` (default: the suite's name and the time). With `land_to`
+    (a campaign's folder: store/campaign.py) each finished trial is committed there as it ends."""
     from ray.tune.schedulers import FIFOScheduler
 
     res = suite.resources
@@ -181,7 +184,24 @@ def fit(suite: Suite, trials: list[Trial], suite_dir: Path, target: Target, say:
                                   storage_path=storage_path(storage_dir or suite_dir), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=res.max_failures),
                                   callbacks=[_TrialEvents(suite_dir, target, say,
-                                                          {t.trial_id: t for t in trials})])).fit()
+                                                          {t.trial_id: t for t in trials},
+                                                          _lander(storage_dir or suite_dir, land_to, say))])).fit()
+
+
+def _lander(suite_dir: Path, land_to: Path | None, say: Say) -> Callable[[Path], None] | None:
+    """The callback that lands a finished trial in a campaign (None: the suite is not one)."""
+    if land_to is None:
+        return None
+
+    def land_trial(trial_dir: Path) -> None:
+        try:
+            out = campaign.land(Path(suite_dir), trial_dir, Path(land_to))
+        except (OSError, ValueError, subprocess.CalledProcessError) as exc:   # the run goes on; the trial is in results/
+            say(f"could not land {trial_dir.name} in {land_to}: {type(exc).__name__}: {exc}".splitlines()[0])
+            return
+        if out is not None:
+            say(f"landed {trial_dir.name} -> {out}")
+    return land_trial
 
 
 def _trial_name(trial) -> str:
@@ -236,8 +256,10 @@ class _TrialEvents(tune.Callback):
     """Driver-side: one line per finished, retried or failed trial, and a `failed` status for a trial
     whose worker died before it could record anything itself (a crash, the OOM killer)."""
 
-    def __init__(self, suite_dir: Path, target: Target | None, say: Say, trials: dict[str, Trial] | None = None):
+    def __init__(self, suite_dir: Path, target: Target | None, say: Say, trials: dict[str, Trial] | None = None,
+                 land: Callable[[Path], None] | None = None):
         self.suite_dir, self.target, self.say, self.trials = Path(suite_dir), target, say, trials or {}
+        self.land = land
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         trial_dir = self.suite_dir / _trial_name(trial)
@@ -246,6 +268,8 @@ class _TrialEvents(tune.Callback):
         if record.get("status") == "diverged":
             extra += f" (diverged at step {record.get('diverged_step')}: {record.get('error')})"
         self.say(f"{record.get('status', 'finished')} {trial_dir.name}{extra}")
+        if self.land is not None:
+            self.land(trial_dir)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         self.say(f"retrying {_trial_name(trial)}: {self._reason(trial, final=False)}")

@@ -22,6 +22,7 @@ from ray import tune
 from harness.store import trialdir
 from harness.config.suite import Suite, TuneSpec
 from harness.suite import tuning
+from harness.store.campaign import campaign_dir
 from harness.suite.session import SuiteSession
 from harness.suite.status import last_eval
 from harness.config.expand import Trial, tune_spec, tune_split, tune_trial
@@ -155,7 +156,8 @@ def _grid(suite: Suite, spec: TuneSpec, algorithm: str, seeds: list[int], split:
             say(f"rerunning {len(superseded)} tuning trials whose config changed (old results in "
                 f"{tune_dir / trialdir.SUPERSEDED})")
         fit(suite, trials, tune_dir, target, say, storage_dir=suite_dir,       # a round's name: its first value
-            name=f"{suite.name}-tune-{algorithm}-{values[0]:.4e}-{time.strftime('%Y%m%d-%H%M%S')}")
+            name=f"{suite.name}-tune-{algorithm}-{values[0]:.4e}-{time.strftime('%Y%m%d-%H%M%S')}",
+            land_to=campaign_dir(suite.name, tuning=True) if suite.campaign else None)
         if any(trialdir.read_status(tune_dir / t.trial_id).get("status") not in trialdir.ENDED for t in trials):
             raise KeyboardInterrupt(f"tuning {algorithm} was interrupted")   # Ctrl+C: Tune stopped and returned
         return _record(spec, trials, suite_dir, append=False)

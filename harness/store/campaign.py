@@ -1,0 +1,84 @@
+"""A campaign: a suite that runs across sessions and machines, its finished trials committed as they land.
+
+    campaigns/<suite>/<trial_id>.tar.gz          one finished table trial (suite.yaml + its record files)
+    campaigns/<suite>/tune/<trial_id>.tar.gz     one finished tuning trial
+
+A suite with `campaign: true` lands each trial when it ends completed or diverged (the runner's trial
+callback calls `land`): the trial is packed with the raw-archive format (archive.pack_suite, read back
+through the same checks as any untrusted archive) and, inside a git work tree, committed on its own, so a
+machine replaced mid-suite loses at most the trials in flight. On the next machine `run`/`tune` of the same
+suite first `restore`s every landed trial into results/<suite>/ (a partial directory of the same trial is
+moved aside, never deleted), then the usual preflight (SuiteSession) takes restored trials as finished: a
+trial whose resolved config changed is still refused, and nothing runs twice.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.store import trialdir
+from harness.store.archive import ArchiveError, open_archive, pack_suite
+
+CAMPAIGNS = Path("campaigns")
+SUFFIX = ".tar.gz"
+
+
+def campaign_dir(suite_name: str, tuning: bool = False, root: Path = CAMPAIGNS) -> Path:
+    return Path(root) / suite_name / (trialdir.TUNE_DIR if tuning else "")
+
+
+def land(suite_dir: Path, trial_dir: Path, dest: Path, commit: bool = True) -> Path | None:
+    """Pack the finished trial ``trial_dir`` (of results/<suite> or its tune/) into ``dest``/<id>.tar.gz and
+    commit that file alone when ``dest`` is in a git work tree; None for a trial that has not finished
+    (failed or in flight: it runs again). Returns the archive's path."""
+    trial_dir = Path(trial_dir)
+    if trialdir.read_status(trial_dir).get("status") not in trialdir.FINAL:
+        return None
+    dest.mkdir(parents=True, exist_ok=True)
+    out = pack_suite(Path(suite_dir), dest / f"{trial_dir.name}{SUFFIX}", trial_dir.parent,
+                     only=frozenset({trial_dir.name}))
+    if commit:
+        _commit(out, f"campaign {Path(suite_dir).name}: {trial_dir.name} landed")
+    return out
+
+
+def landed(dest: Path) -> list[str]:
+    """The ids of the trials landed in ``dest``, sorted."""
+    return sorted(p.name[:-len(SUFFIX)] for p in Path(dest).glob(f"*{SUFFIX}") if p.is_file())
+
+
+def restore(dest: Path, into: Path) -> list[str]:
+    """Unpack every landed trial of ``dest`` that ``into`` lacks as a finished trial; returns their ids.
+    A landed archive must hold exactly the trial it is named for (ArchiveError otherwise, nothing moved)."""
+    restored = []
+    for trial_id in landed(dest):
+        target = Path(into) / trial_id
+        if trialdir.read_status(target).get("status") in trialdir.FINAL:
+            continue
+        unpacked = open_archive(Path(dest) / f"{trial_id}{SUFFIX}")
+        try:
+            found = [d.name for d in unpacked.iterdir() if trialdir.is_trial_dir(d)]
+            if found != [trial_id]:
+                raise ArchiveError(f"{dest / (trial_id + SUFFIX)}: holds {found or 'no trial'}, not {trial_id}; "
+                                   "remove it from the campaign or land it again")
+            if target.exists():
+                trialdir.supersede(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(unpacked / trial_id), str(target))
+        finally:
+            shutil.rmtree(unpacked, ignore_errors=True)
+        restored.append(trial_id)
+    return restored
+
+
+def _commit(path: Path, message: str) -> None:
+    """Commit ``path`` alone (other staged changes stay staged, not committed); quiet when not in git."""
+    path = path.resolve()
+    cwd = path.parent
+    inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=cwd, capture_output=True, text=True)
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        return
+    subprocess.run(["git", "add", "--", str(path)], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], cwd=cwd, check=True,
+                   capture_output=True)

@@ -1,0 +1,107 @@
+"""A campaign suite (`campaign: true`): each finished trial is committed to campaigns/<suite>/ as it lands, and a
+new machine (results/ gone) restores them, so it loses at most the trials in flight and runs nothing twice."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config.expand import load_suite_file
+from harness.store import campaign
+from harness.store.archive import ArchiveError, pack_suite
+from harness.store.trialdir import SUITE_FILE
+
+
+def rows(trial_dir: Path) -> list[dict]:
+    """metrics.jsonl without its timings (perf/...), which differ between runs of the same trial."""
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
+            for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "clone"
+    root.mkdir()
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "ci@example.invalid")
+    git(root, "config", "user.name", "ci")
+    (root / "README").write_text("x\n")
+    git(root, "add", "README")
+    git(root, "commit", "-q", "-m", "init")
+    monkeypatch.chdir(root)                     # campaigns/ is relative to where the run starts, as results/ is
+    return root
+
+
+def fake_trial(suite_dir: Path, trial_id: str, status: str) -> Path:
+    d = suite_dir / trial_id
+    d.mkdir(parents=True)
+    for name, text in (("config.yaml", "algorithm: grpo\n"), ("params.json", "{}"), ("provenance.json", "{}"),
+                       ("metrics.jsonl", '{"step": 1}\n'), ("eval.jsonl", '{"step": 1, "eval/acc": 0.5}\n')):
+        (d / name).write_text(text)
+    (d / "status.json").write_text(json.dumps({"status": status, "step": 1}))
+    return d
+
+
+def test_only_finished_trials_land_and_each_is_its_own_commit(repo):
+    suite_dir = repo / "results" / "camp"
+    suite_dir.mkdir(parents=True)
+    (suite_dir / SUITE_FILE).write_text("suite: camp\n")
+    dest = campaign.campaign_dir("camp")
+    assert campaign.land(suite_dir, fake_trial(suite_dir, "grpo-d0-s0", "completed"), dest) is not None
+    assert campaign.land(suite_dir, fake_trial(suite_dir, "grpo-d0-s1", "running"), dest) is None
+    assert campaign.land(suite_dir, fake_trial(suite_dir, "grpo-d0-s2", "failed"), dest) is None
+    assert campaign.landed(dest) == ["grpo-d0-s0"]
+    assert git(repo, "log", "--format=%s", "-1") == "campaign camp: grpo-d0-s0 landed\n"
+    assert git(repo, "status", "--porcelain", "--", "campaigns") == ""        # committed, nothing left staged
+
+
+def test_restore_moves_a_partial_directory_aside_and_refuses_a_misnamed_archive(repo, tmp_path):
+    old = tmp_path / "old-machine" / "camp"
+    old.mkdir(parents=True)
+    (old / SUITE_FILE).write_text("suite: camp\n")
+    fake_trial(old, "grpo-d0-s0", "completed")
+    dest = campaign.campaign_dir("camp")
+    campaign.land(old, old / "grpo-d0-s0", dest, commit=False)
+    new = repo / "results" / "camp"
+    fake_trial(new, "grpo-d0-s0", "running")                 # the new machine had started it before restoring
+    assert campaign.restore(dest, new) == ["grpo-d0-s0"]
+    assert json.loads((new / "grpo-d0-s0" / "status.json").read_text())["status"] == "completed"
+    assert len(list((new / ".superseded").iterdir())) == 1     # the partial run kept, never deleted
+    assert campaign.restore(dest, new) == []                 # already finished here: nothing to do
+    # An archive named for one trial but holding another is refused, and nothing is moved.
+    pack_suite(old, dest / "grpo-d0-s9.tar.gz", only=frozenset({"grpo-d0-s0"}))
+    with pytest.raises(ArchiveError, match="not grpo-d0-s9"):
+        campaign.restore(dest, repo / "results" / "elsewhere")
+    assert not (repo / "results" / "elsewhere" / "grpo-d0-s9").exists()
+
+
+@pytest.mark.slow      # two suite runs, two Ray starts: about 2 minutes on 2 cores
+def test_a_replaced_machine_loses_only_the_trial_in_flight(repo, tiny_base, capfd):
+    from harness.suite.runner import run_suite
+
+    path = repo / "camp.yaml"
+    path.write_text(yaml.safe_dump({"suite": "camp", "base": tiny_base, "grid": {"algorithm": ["grpo"], "delay": [0, 2]},
+                                    "seeds": [0], "campaign": True}, sort_keys=False))
+    suite = load_suite_file(path)
+    assert run_suite(suite, results_root=repo / "results", progress=True) == {"completed": 2}
+    dest = campaign.campaign_dir("camp")
+    ids = campaign.landed(dest)
+    assert len(ids) == 2 and "landed" in capfd.readouterr().err
+    assert git(repo, "log", "--format=%s").count("landed") == 2
+    metrics = {i: rows(repo / "results" / "camp" / i) for i in ids}
+    # The machine is replaced: its results/ are not there; the second trial was still in flight (never landed).
+    git(repo, "rm", "-q", str(dest / f"{ids[1]}.tar.gz"))
+    new = repo / "results-new-machine"
+    assert run_suite(suite, results_root=new, progress=True) == {"completed": 2}
+    assert "2 trials, 1 already finished, 1 to run" in capfd.readouterr().err
+    assert (new / "camp" / ids[0] / "metrics.jsonl").read_bytes() == (
+        repo / "results" / "camp" / ids[0] / "metrics.jsonl").read_bytes()               # restored byte for byte
+    assert rows(new / "camp" / ids[1]) == metrics[ids[1]]                               # rerun: same numbers
+    assert campaign.landed(dest) == ids
