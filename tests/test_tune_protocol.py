@@ -209,6 +209,23 @@ def test_the_grid_stops_extending_once_the_best_is_inside(tiny_base):
         "best at the edge of the range after 0 extensions")
 
 
+def test_the_grid_refines_where_the_objective_falls_off_a_cliff_beside_the_best(tiny_base):
+    spec = suite_of(tiny_base, {**LR, "method": "grid", "points": 3, "max_refine": 2, "cliff": 0.1}).tune
+    score = {1e-5: 0.5, 1e-4: 0.6, 1e-3: 0.0, 3.162e-4: 0.7, 5.623e-4: 0.65}
+    ran = []
+    tuning.grid_rounds(spec, fake_run(spec, lambda v, s: score[v], ran=ran))
+    # Best 1e-4: 1e-5 falls 0.1 (not more than the cliff), 1e-3 falls 0.6: the midpoint √(1e-4 · 1e-3) = 3.162e-4.
+    # Best 3.162e-4 (0.7): 1e-4 falls 0.1, 1e-3 falls 0.7: √(3.162e-4 · 1e-3) = 5.623e-4; then max_refine stops it.
+    assert ran == [[1e-5, 1e-4, 1e-3], [3.162e-4], [5.623e-4]]
+    ran.clear()
+    tuning.grid_rounds(spec, fake_run(spec, lambda v, s: -abs(math.log10(v) + 4) / 100, ran=ran))   # no cliff
+    assert ran == [[1e-5, 1e-4, 1e-3]]
+    ran.clear()
+    off = suite_of(tiny_base, {**LR, "method": "grid", "points": 3}).tune                # max_refine 0: never
+    tuning.grid_rounds(off, fake_run(off, lambda v, s: score[v], ran=ran))
+    assert ran == [[1e-5, 1e-4, 1e-3]]
+
+
 def test_grid_overrides_file_documents_the_protocol(tmp_path, tiny_base):
     from harness.suite.runner.search import _header
 

@@ -111,6 +111,8 @@ class TuneSpec:
     method: str = "tpe"                    # tpe: Optuna proposes trials_per_algorithm values | grid: `points` values
     points: int = 6                        # grid: log-spaced from low to high inclusive, 4 significant digits
     max_extend: int = 2                    # grid: points added beyond an edge where the best value lies, at most
+    max_refine: int = 0                    # grid: midpoints added where the objective falls off a cliff beside the
+    cliff: float = 0.1                     #   best value (by more than `cliff`), at most (benchmark v4)
     split: str = "auto"                    # the split tuning trials evaluate on: auto (validation where the task has
                                            # one, else test) | validation | test
 
@@ -154,6 +156,9 @@ class TuneSpec:
         if not 2 <= self.points <= MAX_TUNE_POINTS:
             raise ConfigError(f"tune.points: a grid needs 2 to {MAX_TUNE_POINTS} points (low and high included); "
                               f"got {self.points}")
+        if self.max_refine < 0 or not self.cliff > 0:
+            raise ConfigError(f"tune.max_refine, tune.cliff: need max_refine >= 0 and cliff > 0; got "
+                              f"{self.max_refine}, {self.cliff}")
         if self.max_extend < 0:
             raise ConfigError(f"tune.max_extend: must be >= 0 (points added beyond an edge); got {self.max_extend}")
         values = self.grid_values() if self.method == "grid" else []

@@ -66,11 +66,13 @@ def tune_dry_run(suite: Suite, results_root: Path) -> str:
     grid = spec.method == "grid"
     values = spec.grid_values() if grid else [spec.low] * spec.trials_per_algorithm   # TPE's are not known yet
     trials = [tune_trial(suite, a, v, s, split) for a in suite.algorithms for v in values for s in seeds]
-    extra = len(suite.algorithms) * spec.max_extend * len(seeds) if grid else 0
+    added = spec.max_extend + spec.max_refine                 # beyond an edge, and midpoints at a cliff
+    extra = len(suite.algorithms) * added * len(seeds) if grid else 0
     done = [t for t in trials if grid and trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
     each = f"{_count(len(seeds), 'seed')} x {_count(len(suite.algorithms), 'estimator')}"
     lines = [f"tune {suite.name}: {_count(len(values), 'value')} x {each} = {len(trials)} trials"
-             + (f", up to {extra} more if every best value is at an edge ({spec.max_extend} extensions x {each})"
+             + (f", up to {extra} more if every best value is at an edge ({spec.max_extend} extensions"
+                + (f" and {spec.max_refine} cliff midpoints" if spec.max_refine else "") + f" x {each})"
                 if extra else "") + (f", {len(done)} already finished" if grid else ""),
              f"  {spec.param}: " + (", ".join(f"{v:g}" for v in values) if grid else
                                     f"{spec.trials_per_algorithm} TPE proposals in [{spec.low:g}, {spec.high:g}]"),

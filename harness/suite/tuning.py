@@ -73,10 +73,29 @@ def edge(spec: TuneSpec, scores: list[dict[str, Any]]) -> str | None:
     return "low" if top is scores[0] else "high" if top is scores[-1] else None
 
 
+def cliff_midpoint(spec: TuneSpec, scores: list[dict[str, Any]]) -> float | None:
+    """Where the objective falls off a cliff beside the best value: of the best value's two neighbours, the one
+    whose objective is worse by more than `cliff` (the larger fall; on a tie the higher value; a neighbour that
+    did not complete falls by infinity), and the geometric midpoint between the two, rounded like the grid's
+    values; None when there is no cliff or that midpoint was run."""
+    top = best(spec, scores)
+    if top is None:
+        return None
+    i, sign = scores.index(top), 1 if spec.mode == "max" else -1
+    falls = [(sign * (top["objective"] - n["objective"]), n["value"]) for n in scores[max(i - 1, 0):i + 2]
+             if n is not top]
+    fall, value = max(falls, default=(0.0, None))
+    if value is None or not fall > spec.cliff:
+        return None
+    mid = float(f"{math.sqrt(top['value'] * value):.4g}")
+    return None if any(s["value"] == mid for s in scores) else mid
+
+
 def grid_rounds(spec: TuneSpec, run: Callable[[list[float]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """A grid search of one estimator: `run(values)` runs every value on every tuning seed and returns their
     trials' rows. First the grid's `points` values; then, while the best is at an edge (`edge`) and fewer
-    than `max_extend` points were added, the next point beyond that edge at the same log step."""
+    than `max_extend` points were added, the next point beyond that edge at the same log step; then, while
+    fewer than `max_refine` were added, the midpoint at a cliff beside the best value (`cliff_midpoint`)."""
     below = above = 0
     rows = run(spec.grid_values())
     while below + above < spec.max_extend:
@@ -86,6 +105,11 @@ def grid_rounds(spec: TuneSpec, run: Callable[[list[float]], list[dict[str, Any]
         below, above = below + (side == "low"), above + (side == "high")
         values = spec.grid_values(below, above)
         rows += run([values[0] if side == "low" else values[-1]])
+    for _ in range(spec.max_refine):
+        mid = cliff_midpoint(spec, value_scores(spec, rows))
+        if mid is None:
+            break
+        rows += run([mid])
     return rows
 
 
