@@ -122,3 +122,33 @@ def test_a_pair_kept_in_fewer_than_six_of_eight_tables_is_fragile():
     assert s.fragile == ("m2po",)
     best = resolve.Standing("", 64.0, "topr", 0.74, "best", (), None, 2, (("grpo", 8, 8), ("m2po", 7, 8)))
     assert best.answer_loso == "best at delay 64 (resolved above all 2 others: grpo 8 of 8, m2po 7 of 8)"
+
+
+def test_the_tolerance_section_reads_the_tuning_trials_and_marks_the_tuned_lr(tmp_path):
+    import yaml
+
+    from harness.report.tolerance import FIGURE, tolerance_sections
+
+    d = suite_dir(tmp_path)
+    suite = yaml.safe_load((d / "suite.yaml").read_text())
+    (d / "suite.yaml").write_text(yaml.safe_dump({**suite, "overrides": {"grpo": {"train.lr": 2e-5}}}))
+    _cells(d, "grpo", 8, {0: 0.5, 1: 0.5})
+    tune = d / "tune"
+    tune.mkdir()
+    (tune / "suite.yaml").write_text(yaml.safe_dump(suite))
+    for lr, accs in ((1e-5, (0.40, 0.50)), (2e-5, (0.60, 0.70)), (4e-5, (0.0, 0.2))):
+        for seed, acc in zip((1000, 1001), accs):
+            write_trial(tune, {"trial_id": f"t-{lr:g}-{seed}", "algorithm": "grpo", "delay": 8, "seed": seed,
+                               "train.lr": lr}, [{"step": 1, "loss/value": 0.1, "stale/mean": 8.0}],
+                        [{"step": 0, "eval/acc": 0.3, "eval/n": 500}, {"step": 4, "eval/acc": acc, "eval/n": 500}],
+                        {"status": "completed", "step": 4, "error": None, "diverged_step": None})
+    (section,) = tolerance_sections(load_results(d), tmp_path)
+    (row,) = section.blocks[2]["table"]["rows"]
+    # means over the two seeds: (0.4 + 0.5)/2 = 0.45, (0.6 + 0.7)/2 = 0.65, (0 + 0.2)/2 = 0.1; 2e-5 is the suite's
+    assert row["accuracy by lr (mean over seeds)"] == "1e-05: 0.450, 2e-05: 0.650 (tuned), 4e-05: 0.100"
+    assert row["tuned lr"] == "2e-05" and (tmp_path / FIGURE).is_file()
+    assert "6 tuning trials" in section.blocks[0]["text"]
+    (tmp_path / "untuned").mkdir()
+    assert tolerance_sections(load_results(d), tmp_path / "untuned") != []      # read from results/<suite>/tune
+    (d / "tune" / "suite.yaml").unlink()
+    assert tolerance_sections(load_results(d), tmp_path / "untuned") == []      # no tuning anywhere: no section
