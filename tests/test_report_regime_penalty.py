@@ -152,3 +152,10 @@ def test_the_tolerance_section_reads_the_tuning_trials_and_marks_the_tuned_lr(tm
     assert tolerance_sections(load_results(d), tmp_path / "untuned") != []      # read from results/<suite>/tune
     (d / "tune" / "suite.yaml").unlink()
     assert tolerance_sections(load_results(d), tmp_path / "untuned") == []      # no tuning anywhere: no section
+
+
+def test_the_paper_table_says_what_its_delays_mean_at_several_minibatches():
+    note = regime.staleness_note({0.0: "0 (staleness 0–3, mean 1.5)", 64.0: "64 (staleness 64–67, mean 65.5)"})
+    assert note.endswith("delay 0 (staleness 0–3, mean 1.5); delay 64 (staleness 64–67, mean 65.5). Delay 0 here "
+                         "is not on-policy.")
+    assert regime.staleness_note({0.0: "0", 32.0: "32"}) == ""           # one update per batch: nothing to say

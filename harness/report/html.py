@@ -105,6 +105,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
     context["docs_url"] = docs_url(out_dir)
     context["first"] = first
+    context["staleness_note"] = regime.staleness_note(labels)
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)

@@ -69,6 +69,17 @@ def staleness_label(delay: object, stale_mean: float, stale_max: float) -> str:
     return f"{d} (staleness {d}–{show(stale_max)}, mean {stale_mean:.3g})"
 
 
+def staleness_note(labels: dict[float, str]) -> str:
+    """A sentence for the paper table when some delay's responses were not all that old (``staleness_label`` per
+    delay), e.g. with k = 4 minibatch updates per batch; "" when every delay is its staleness."""
+    shown = [text for delay, text in sorted(labels.items()) if text != show(delay)]
+    if not shown:
+        return ""
+    on_policy = " Delay 0 here is not on-policy." if any(d == 0 and t != show(d) for d, t in labels.items()) else ""
+    return ("With k minibatch updates per batch an update trains on responses delay..delay + k − 1 updates old, so "
+            "the columns mean: delay " + "; delay ".join(shown) + "." + on_policy)
+
+
 def regime_section(regime: pd.DataFrame) -> list[Section]:
     """The first-screen section "Each cell's regime": one row per cell (``cell_regime`` by slice, algorithm
     and delay), [] when none."""
