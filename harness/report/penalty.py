@@ -127,7 +127,8 @@ def penalty_section(found: list[Penalty], tests: list[PenaltyTest], reference: d
     staleness (regime.staleness_label). [] when no table has two delays."""
     if not found:
         return []
-    rows = [{"table": p.slice or "—", "estimator": p.estimator,
+    tables = any(p.slice for p in found)
+    rows = [{**({"table": p.slice} if tables else {}), "estimator": p.estimator,
              "from → to": f"delay {reference.get(p.reference_delay, show(p.reference_delay))} → {show(p.delay)}",
              "penalty [95% CI]": f"{p.penalty:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}]",
              "seeds": f"{p.seeds} {'matched' if p.paired else 'per cell (Welch)'}"} for p in found]
@@ -140,7 +141,7 @@ def penalty_section(found: list[Penalty], tests: list[PenaltyTest], reference: d
             "can lose little to staleness and still rank low because of the step size it tolerates.")
     blocks = [{"text": text}, {"table": {"columns": list(rows[0]), "rows": rows}}]
     if tests:
-        trows = [{"table": t.slice or "—", "delay": show(t.delay), "pair": f"{t.a} − {t.b}",
+        trows = [{**({"table": t.slice} if tables else {}), "delay": show(t.delay), "pair": f"{t.a} − {t.b}",
                   "difference of penalties": f"{t.difference:+.3f}", "test": t.method, "p": f"{t.p:.2g}",
                   "p (Holm)": f"{t.p_holm:.2g}", "resolved": "yes" if t.resolved else "no"} for t in tests]
         blocks.append({"table": {"columns": list(trows[0]), "rows": trows}})
