@@ -159,3 +159,23 @@ def test_the_paper_table_says_what_its_delays_mean_at_several_minibatches():
     assert note.endswith("delay 0 (staleness 0–3, mean 1.5); delay 64 (staleness 64–67, mean 65.5). Delay 0 here "
                          "is not on-policy.")
     assert regime.staleness_note({0.0: "0", 32.0: "32"}) == ""           # one update per batch: nothing to say
+
+
+def test_print_readings_prints_a_reports_first_screen_from_its_results_json(tmp_path):
+    import importlib.util
+
+    from harness.report import build_report
+
+    spec = importlib.util.spec_from_file_location("print_readings", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "print_readings.py")
+    pr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pr)
+    d = suite_dir(tmp_path)
+    _cells(d, "a", 0, {0: 0.60, 1: 0.62, 2: 0.58})
+    _cells(d, "a", 8, {0: 0.50, 1: 0.55, 2: 0.45})     # the paired penalty of the test above: 0.10 [0.025, 0.175]
+    build_report(d, tmp_path / "out")
+    lines = pr.readings(json.loads((tmp_path / "out" / "results.json").read_text()))
+    assert "  - | a | 0 -> 8 | +0.100 [+0.025, +0.175] | 3 seeds, matched seeds, t" in lines
+    # _cells logs |Λ| 0.1 on the second half and stale/mean = the delay, stale/max = delay + 0.5 (warm-up: none
+    # after step 8 in 4 steps, so the delay-8 cell's mean staleness is NaN, shown as a dash)
+    assert "  - | a | 0 | 0 (0.5) | 3 | 0.100 | 0.100 | 0.100 | 10.0% | — | 0.1000" in lines
