@@ -151,7 +151,8 @@ Z95 = 1.959964                   # two-sided 95% normal quantile
 
 def seeds_to_resolve(n: int, half: float, effect: float, threshold: float = 0.0) -> int | None:
     """docs/claims.md: the seeds per cell at which an interval of half-width ``half`` at ``n`` seeds, centred on
-    the observed ``effect``, would just exclude ``threshold`` (half-width ∝ 1/√n): ⌈n (half / |effect − θ|)²⌉.
+    the observed ``effect``, would just exclude ``threshold`` (half-width ∝ 1/√n):
+    ⌈n (half / |effect − θ|)²⌉.
     About 50% power at the observed effect; None when the effect sits on the threshold."""
     gap = abs(effect - threshold)
     return None if gap == 0 or not math.isfinite(half) else max(n, math.ceil(n * (half / gap) ** 2))
@@ -248,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"(f) on v3: {out['verdict']} (testable where the cap binds in >= {out['threshold']:.0%} of groups: "
               f"{', '.join(out['testable']) or 'none'})")
         for table, shares in out["over_cap"].items():
-            print("    " + table + ": " + ", ".join(f"{a} {100 * v:.1f}% of groups over the cap" for a, v in shares.items()))
+            over = ", ".join(f"{a} {100 * v:.1f}% of groups over the cap" for a, v in shares.items())
+            print(f"    {table}: {over}")
         for r in out["pairs"]:
             print(f"    {r['table']} delay {r['delay']:g}: {r['rescaler']} - {r['other']} = {r['diff']:+.4f}, "
                   f"p_Holm {r['p_holm']:.3g}{' (resolved)' if r['resolved'] else ''}")

@@ -20,8 +20,8 @@ def _num(v: Any, fmt: str) -> str:
 def readings(bundle: dict[str, Any]) -> list[str]:
     """The lines printed for one results.json."""
     out = ["regime (per cell: second half of each trial, mean over its trials):",
-           "  table | estimator | delay | staleness mean (max) | trials | median |Λ| | q90 |Λ| | ESS/B | over G(1+ε) | "
-           "cap scale | KL to π_b"]
+           "  table | estimator | delay | staleness mean (max) | trials | median |Λ| | q90 |Λ| | ESS/B | "
+           "over G(1+ε) | cap scale | KL to π_b"]
     for c in bundle.get("cell_regime", []):
         out.append(f"  {c['slice'] or '-'} | {c['algorithm']} | {c['delay']:g} | {_num(c['stale_mean'], '.3g')} "
                    f"({_num(c['stale_max'], 'g')}) | {c['trials']} | {_num(c['median_abs_log_ratio'], '.3f')} | "

@@ -6,7 +6,7 @@ the importance diagnostics) of each logged regime metric (docs/metrics.md):
 
 | field | metric | what |
 |---|---|---|
-| median_abs_log_ratio | is/traj_abs_log_ratio_q50 | median over the update's responses of \\|Λ_i\\|, Λ_i = Σ_t log ρ_{i,t} |
+| median_abs_log_ratio | is/traj_abs_log_ratio_q50 | median over the responses of \\|Λ_i\\|, Λ_i = Σ_t log ρ_{i,t} |
 | q90_abs_log_ratio | is/traj_abs_log_ratio_q90 | its 90% quantile |
 | traj_ess | is/traj_ess_frac | trajectory ESS (Σr)²/(B·Σr²), r_i = exp(Λ_i) |
 | over_cap | is/group_over_cap_frac | share of prompt groups whose ratio mass Σ_g r exceeds C = G(1+ε) |
@@ -32,7 +32,8 @@ FIELDS = {"is/traj_abs_log_ratio_q50": "median_abs_log_ratio", "is/traj_abs_log_
           "is/traj_ess_frac": "traj_ess", "is/group_over_cap_frac": "over_cap", CAP_SCALE_KEY: "cap_scale",
           "policy/kl_behavior": "kl_behavior"}
 HEADERS = {"median_abs_log_ratio": "median |Λ|", "q90_abs_log_ratio": "q90 |Λ|", "traj_ess": "trajectory ESS / B",
-           "over_cap": "groups over G(1+ε)", "cap_scale": "group cap's mean scale", "kl_behavior": "KL to π_b per token"}
+           "over_cap": "groups over G(1+ε)", "cap_scale": "group cap's mean scale",
+           "kl_behavior": "KL to π_b per token"}
 
 
 def cell_regime(metrics: pd.DataFrame, cell_trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
