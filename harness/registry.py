@@ -104,4 +104,5 @@ MIRRORS: Registry[Any] = Registry("tracking mirror", homes=("harness.store.track
 FIGURES: Registry[Any] = Registry("report figure", homes=("harness.report.figures", "harness.report.heatmaps",
                                                              "harness.report.dynamics"))
 # report/sections.py SectionSource: extra sections of a suite's report: kept policies' benchmarks, the lab's
-SECTIONS: Registry[Any] = Registry("report section", homes=("harness.report.sections", "harness.lab.report"))
+SECTIONS: Registry[Any] = Registry("report section", homes=("harness.report.sections", "harness.report.tolerance",
+                                                              "harness.lab.report"))

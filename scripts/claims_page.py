@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
 G_SIZES = (4, 8, 16, 32)
 TABLES = ("reference-v2", "reference-v2-field", "reference-v2-followup")
+V3_TABLES = ("reference-v3", "reference-v3-bridge", "reference-v3-bases")
 NOT_RUN = "not run yet"
 LAB_VERDICT = {"consistent": "supported", "inconsistent": "not supported",       # harness/lab/report.py's words
                "inconclusive": "inconclusive at this power", "not testable here": "not testable on this benchmark"}
@@ -62,7 +63,10 @@ CLAIMS = {  # the abstract's words, as issue 35 numbers them; the experiment tha
           "estimator, 6 seeds: gap(G) = on-policy − delay-32 accuracy, fit gap = c·G^p."),
     "e": ("For fixed behaviour and current policies, group rescaling's bias vanishes as G → ∞ while trajectory "
           "clipping's can persist.",
-          "Estimator lab, fixed-policy G sweep (G 2-256 at KL 0.2, 0.5, 1.0): slope of bias against G per kind."),
+          "Estimator lab, fixed-policy G sweep (G 2-256 at KL 0.2, 0.5, 1.0): slope of bias against G per kind. "
+          "The reading depends on the cap C = G(1+ε): it grows with G while a group's mean ratio Σr/G concentrates "
+          "at E[r] = 1, so the cap binds less and less often and the rescaler's bias must vanish; a cap that did "
+          "not grow with G (a fixed C) would bind ever more often. The claim is close to guaranteed by that choice."),
     "f": ("GMC-GRPO is best among stable baselines under large delays.",
           "The committed v2 tables at delay 32 (one update per batch, ε 0.2, G 16, 13-token responses), and the "
           "ε grid's cells at ε 0.2 as a pre-registered replication."),
@@ -129,23 +133,44 @@ def lab_claims(lab: Path) -> dict[str, dict[str, Any]]:
         "a": {"verdict": "not testable on this benchmark", "statistic": f"slopes against ε, 95% CI: {eps_text}",
               "slopes": slopes},
         "b": {"verdict": LAB_VERDICT[rows["1"]["verdict"]], "statistic": rows["1"]["numbers"].split("p-values: ")[-1],
-              "detail": rows["1"]["numbers"], "rule": rows["1"]["rule"]},
+              "detail": rows["1"]["numbers"], "rule": rows["1"]["rule"], "per_delay": _b_per_delay(rows["1"]["per_delay"])},
         "c_lab": {"verdict": LAB_VERDICT[rows["2"]["verdict"]], "statistic": eps_text, "detail": rows["2"]["numbers"]},
         "e": {"verdict": LAB_VERDICT[rows["4"]["verdict"]], "statistic": rows["4"]["numbers"].split("Readings: ")[-1],
               "detail": rows["4"]["numbers"], "rule": rows["4"]["rule"]},
     }
 
 
+def _b_per_delay(per: list[dict[str, Any]]) -> list[str]:
+    """(b) per delay: ρ_bias with its p and, where p ≥ 0.05, the configurations that would reach 0.05."""
+    out = []
+    for d in per:
+        ok = d["rho_bias"] > 0 and d["p_bias"] < 0.05 and d["rho_bias"] > d["rho_m2"]
+        need = cv.configurations_for_rho(d["rho_bias"])
+        tail = "" if ok else (f"; about {need} configurations (now {d['configurations']}) would bring it to p 0.05 "
+                              "at this ρ (Fisher's z)" if need else "; no number of configurations at this ρ")
+        out.append(f"delay {d['delay']:g}: ρ_bias {d['rho_bias']:.2f} (p {d['p_bias']:.2g}) against ρ_m2 "
+                   f"{d['rho_m2']:.2f}: {'supported' if ok else 'inconclusive at this power'}{tail}")
+    return out
+
+
 def eps_claim(eps: Path) -> dict[str, Any]:
     with opened(eps) as path:
         if path is None:
             return {"verdict": NOT_RUN, "statistic": ""}
-        readings = cv.eps_readings(load_results(path))
+        res = load_results(path)
+        readings = cv.eps_readings(res)
+        seeds = min(v.size for v in cv.final_accuracies(res).values())
     (rescaler, r), = readings.items()                 # the grid holds one group rescaler
     conf = f"{100 * r['confidence']:.1f}%"
     text = "; ".join(f"D({c}) = {x['D']:+.3f} [{conf} CI {x['lo']:+.3f}, {x['hi']:+.3f}]"
                      for c, x in r["clippers"].items())
-    return {"verdict": r["verdict"], "statistic": f"S({rescaler}) = {r['S_rescaler']:+.3f}; {text}", "reading": r}
+    need = [f"D({c}): {cv.seeds_to_resolve(seeds, (x['hi'] - x['lo']) / 2, x['D'])} seeds per cell (now {seeds})"
+            for c, x in r["clippers"].items() if x["lo"] <= 0 <= x["hi"]]
+    out = {"verdict": r["verdict"], "statistic": f"S({rescaler}) = {r['S_rescaler']:+.3f}; {text}", "reading": r}
+    if need and r["verdict"].startswith("inconclusive"):
+        out["resolve"] = ("at the observed D and spread, the interval would exclude 0 at " + "; ".join(need)
+                          + " (about 50% power; 80% needs about twice as many)")
+    return out
 
 
 def g_claim(dirs: list[Path], out: Path) -> dict[str, Any]:
@@ -161,7 +186,15 @@ def g_claim(dirs: list[Path], out: Path) -> dict[str, Any]:
     text = "; ".join(f"{n} ({e['kind']}): p = {_ci(e)}, gaps " + ", ".join(f"{g:+.3f}" for g in e["gap"])
                      for n, e in fitted.items())
     _g_figures(r, out)
-    return {"verdict": fitted[rescaler]["verdict"], "statistic": f"95% CI; {text} at G = {r['G']}", "reading": r}
+    result = {"verdict": fitted[rescaler]["verdict"], "statistic": f"95% CI; {text} at G = {r['G']}", "reading": r}
+    e, seeds = fitted[rescaler], min(len(v) for v in r["on_policy"])
+    if e["verdict"].startswith("inconclusive") and math.isfinite(e["p"]):
+        towards, theta = ("not supported", cv.RATE) if e["p"] > cv.RATE else ("supported", 0.0)
+        half = e["p"] - e["lo"] if e["p"] > theta else e["hi"] - e["p"]
+        result["resolve"] = (f"at the observed slope {e['p']:+.2f} and its spread, the CI would exclude {theta:g} "
+                             f"(reading {towards}) at about {cv.seeds_to_resolve(seeds, half, e['p'], theta)} seeds "
+                             f"per cell (now {seeds}; 50% power, 80% needs about twice as many)")
+    return result
 
 
 def _g_figures(r: dict[str, Any], out: Path) -> None:
@@ -211,7 +244,22 @@ def f_claim(eps: Path) -> dict[str, Any]:
            "statistic": f"resolved above {ahead} of {len(tables['pairs'])} stable estimators; resolved below: "
                         + ("; ".join(against) or "none")}
     if (eps / "results.json").is_file():
-        out["replication"] = cv.table_reading([eps], slice_="ε=0.2")
+        out["replication"] = rep = cv.table_reading([eps], slice_="ε=0.2")
+        with opened(eps) as path:
+            acc = cv.final_accuracies(load_results(path)) if path else {}
+        tests = [t for t in (read_object(eps / "results.json")[0] or {}).get("pair_tests", []) if t["slice"] == "ε=0.2"]
+        need = []
+        for p in rep["pairs"]:
+            if not p["resolved"]:
+                x, y = (acc[(n, int(p["delay"]), 0.2)] for n in (p["rescaler"], p["other"]))
+                lo, hi = cv.pair_seeds(x, y, len(tests))
+                need.append(f"{p['rescaler']} − {p['other']}: {hi}–{lo} seeds per cell (now {min(x.size, y.size)})")
+        if need and rep["verdict"].startswith("inconclusive"):
+            rep["resolve"] = ("at the observed difference and SDs (Welch's SE), from Holm's last to its first "
+                              f"threshold over the table's {len(tests)} pairs: " + "; ".join(need)
+                              + " (50% power; 80% needs about twice as many)")
+    if all((REPORTS / t / "results.json").is_file() for t in V3_TABLES):
+        out["v3"] = cv.v3_table_reading([REPORTS / t for t in V3_TABLES])
     return out
 
 
@@ -276,6 +324,12 @@ problem, not Qwen3 on reasoning benchmarks. Reports: {% for r in reports %}<a hr
 {% if c.lab is defined %}<p class="hint">Lab illustration (verdict there: {{ c.lab.verdict }}): {{ c.lab.detail }}</p>{% endif %}
 {% if c.replication is defined %}<p>Pre-registered replication, ε grid at ε 0.2: {{ c.replication.verdict }};
 {% for p in c.replication.pairs %}{{ p.rescaler }} − {{ p.other }} = {{ "%+.3f"|format(p.diff) }} (p_Holm {{ "%.2g"|format(p.p_holm) }}{{ ", resolved" if p.resolved }}){{ "; " if not loop.last }}{% endfor %}.</p>{% endif %}
+{% if c.resolve is defined %}<p class="hint">Seeds that would resolve it: {{ c.resolve }}</p>{% endif %}
+{% if c.per_delay is defined %}<p>Per delay:</p><ul>{% for d in c.per_delay %}<li>{{ d }}</li>{% endfor %}</ul>{% endif %}
+{% if c.replication is defined and c.replication.resolve is defined %}<p class="hint">Seeds that would resolve the replication: {{ c.replication.resolve }}</p>{% endif %}
+{% if c.v3 is defined %}<p>On benchmark v3 (rule of 2026-12-06: testable only where the cap binds in at least {{ "%.0f"|format(100 * c.v3.threshold) }}% of groups at the largest delay): <b>{{ c.v3.verdict }}</b>.
+Groups over the cap: {% for t, shares in c.v3.over_cap.items() %}{{ t }} {% for a, v in shares.items() %}{{ a }} {{ "%.1f"|format(100 * v) }}%{% endfor %}{{ "; " if not loop.last }}{% endfor %}.
+As a comparison of a nearly uncapped gmc_grpo, not a verdict on (f): {% for p in c.v3.pairs %}{{ p.table }} {{ p.rescaler }} − {{ p.other }} = {{ "%+.3f"|format(p.diff) }} (p_Holm {{ "%.2g"|format(p.p_holm) }}{{ ", resolved" if p.resolved }}){{ "; " if not loop.last }}{% endfor %}.</p>{% endif %}
 {% if c.pairs %}<p>Resolved pairs at delay 32 (each report's exact permutation tests, Holm within the report):</p>
 <ul>{% for p in c.pairs %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
 {% for f, caption in c.figures %}<figure><img src="{{ f }}" alt="{{ f }}"><figcaption>{{ caption }} ({{ f }})</figcaption></figure>{% endfor %}

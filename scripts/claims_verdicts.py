@@ -20,6 +20,9 @@ clipping; harness/lab/families.py), never by name. Committed before any trial of
     (exact permutation, Holm within the table). Supported if it is resolved above every one in every table that
     holds both; not supported if one is resolved above it in some table; inconclusive otherwise. (Added after
     the grids' rules, before any of their trials finished; the tables were published before the rule: docs/claims.md.)
+(f) on v3 (`--v3`, rule of 2026-12-06): only the tables whose rescaler's cap binds in >= 15% of groups at the
+    largest delay (results.json cell_regime) are read by (f)'s rule; none: not testable on this benchmark.
+Inconclusive verdicts carry the seeds per cell that would resolve them (seeds_to_resolve, docs/claims.md).
 """
 from __future__ import annotations
 
@@ -142,6 +145,54 @@ def best_verdict(tables: Mapping[str, Mapping[str, Any]], rescalers: set[str], s
     return {"verdict": verdict, "pairs": rows}
 
 
+CAP_BINDS = 0.15                 # (f) on v3: testable where the rescaler's cap binds in at least this share of groups
+Z95 = 1.959964                   # two-sided 95% normal quantile
+
+
+def seeds_to_resolve(n: int, half: float, effect: float, threshold: float = 0.0) -> int | None:
+    """docs/claims.md: the seeds per cell at which an interval of half-width ``half`` at ``n`` seeds, centred on
+    the observed ``effect``, would just exclude ``threshold`` (half-width ∝ 1/√n):
+    ⌈n (half / |effect − θ|)²⌉.
+    About 50% power at the observed effect; None when the effect sits on the threshold."""
+    gap = abs(effect - threshold)
+    return None if gap == 0 or not math.isfinite(half) else max(n, math.ceil(n * (half / gap) ** 2))
+
+
+def pair_seeds(x: np.ndarray, y: np.ndarray, pairs: int) -> tuple[int | None, ...]:
+    """Seeds per cell for an unresolved pair (x − y) to reach Holm's first (α/pairs) and last (α) threshold:
+    Welch's SE from the two cells' SDs, z from the normal quantile (seeds_to_resolve)."""
+    from scipy.stats import norm
+
+    se = math.sqrt(x.var(ddof=1) / x.size + y.var(ddof=1) / y.size)
+    n, diff = min(x.size, y.size), float(x.mean() - y.mean())
+    return tuple(seeds_to_resolve(n, float(norm.isf(a / 2)) * se, diff) for a in (0.05 / pairs, 0.05))
+
+
+def configurations_for_rho(rho: float) -> int | None:
+    """(b)'s units are configurations: how many would bring ρ to p 0.05 by Fisher's z, 3 + (1.96 / atanh ρ)²."""
+    return None if rho <= 0 or rho >= 1 else math.ceil(3 + (Z95 / math.atanh(rho)) ** 2)
+
+
+def v3_reading(tables: Mapping[str, Mapping[str, Any]], rescalers: set[str]) -> dict[str, Any]:
+    """(f) on v3 (docs/claims.md, rule of 2026-12-06): each table's rescaler share of groups over the cap at its
+    largest delay (results.json ``cell_regime``); (f)'s rule over the tables where it is >= CAP_BINDS, else
+    not testable. tables: name -> results.json."""
+    shares, testable = {}, {}
+    for name, data in tables.items():
+        delay = data["largest_delay"]
+        cells = [c for c in data.get("cell_regime", []) if c["algorithm"] in rescalers and c["delay"] == delay]
+        if not cells:
+            raise SystemExit(f"{name}/results.json has no cell_regime for a group rescaler; re-render it "
+                             f"(stalebench report {name}/raw.tar.gz --out {name})")
+        shares[name] = {c["algorithm"]: c["over_cap"] for c in cells}
+        if all(c["over_cap"] >= CAP_BINDS for c in cells):
+            testable[name] = data
+    out = {"threshold": CAP_BINDS, "over_cap": shares, "testable": sorted(testable)}
+    if not testable:
+        return {**out, "verdict": "not testable on this benchmark", "pairs": best_verdict(tables, rescalers)["pairs"]}
+    return {**out, **best_verdict(testable, rescalers)}
+
+
 def eps_readings(res: SuiteResults) -> dict[str, dict[str, Any]]:
     """Claim (c)'s direction test for each group rescaler of the ε grid (delay > 0 cells)."""
     acc, kind = final_accuracies(res), kinds(res)
@@ -179,12 +230,30 @@ def table_reading(paths: list[Path], slice_: str = "") -> dict[str, Any]:
     return best_verdict(tables, rescalers, slice_)
 
 
+def v3_table_reading(paths: list[Path]) -> dict[str, Any]:
+    """(f) on v3 over committed reports (their results.json)."""
+    tables = {p.name: read_object(p / "results.json")[0] or {} for p in paths}
+    names = {r["algorithm"] for data in tables.values() for r in data.get("leaderboard", [])}
+    return v3_reading(tables, {n for n in names if n in loss_names() and kind_of(get_estimator(n).family) == RESCALING})
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eps", type=Path, help="results/claims-eps")
     ap.add_argument("--g", type=Path, nargs="*", default=[], help="results/claims-gG, one per G")
     ap.add_argument("--tables", type=Path, nargs="*", default=[], help="committed reports (reports/reference-v2 ...)")
+    ap.add_argument("--v3", type=Path, nargs="*", default=[], help="(f) on v3: reports/reference-v3 ...")
     args = ap.parse_args(argv)
+    if args.v3:
+        out = v3_table_reading(args.v3)
+        print(f"(f) on v3: {out['verdict']} (testable where the cap binds in >= {out['threshold']:.0%} of groups: "
+              f"{', '.join(out['testable']) or 'none'})")
+        for table, shares in out["over_cap"].items():
+            over = ", ".join(f"{a} {100 * v:.1f}% of groups over the cap" for a, v in shares.items())
+            print(f"    {table}: {over}")
+        for r in out["pairs"]:
+            print(f"    {r['table']} delay {r['delay']:g}: {r['rescaler']} - {r['other']} = {r['diff']:+.4f}, "
+                  f"p_Holm {r['p_holm']:.3g}{' (resolved)' if r['resolved'] else ''}")
     if args.tables:
         out = table_reading(args.tables)
         print("(f)", out["verdict"])

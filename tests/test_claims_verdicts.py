@@ -74,3 +74,42 @@ def test_best_reads_the_rescaler_against_every_stable_estimator_in_every_table()
     out = cv.best_verdict({"t1": t1, "t3": t3}, {"r"})
     assert out["verdict"] == "not supported" and {"table": "t3", "delay": 32.0, "rescaler": "r", "other": "z",
                                                   "diff": -0.04, "p_holm": 0.01, "resolved": True} in out["pairs"]
+
+
+def test_seeds_to_resolve_shrinks_the_interval_as_one_over_root_n():
+    # half-width 0.3 at 6 seeds around an effect 0.1: it excludes 0 once 0.3 * sqrt(6 / n) <= 0.1, n = 6 * 9 = 54
+    assert cv.seeds_to_resolve(6, 0.3, 0.1) == 54
+    # (d)'s slope +0.46 [-0.65, ...]: the lower end must pass -0.4, so n = 6 * (1.11 / 0.86)^2 = 9.995 -> 10
+    assert cv.seeds_to_resolve(6, 1.11, 0.46, -0.4) == 10
+    assert cv.seeds_to_resolve(8, 0.01, 0.5) == 8                  # already resolved: never fewer than now
+    assert cv.seeds_to_resolve(6, 0.3, 0.0) is None                # an effect on the threshold: no number
+    # Fisher's z: atanh(0.5) = 0.549306; 3 + (1.959964 / 0.549306)^2 = 3 + 12.731 = 15.73 -> 16 configurations
+    assert cv.configurations_for_rho(0.5) == 16 and cv.configurations_for_rho(-0.2) is None
+
+
+def test_pair_seeds_uses_welch_se_and_holms_first_and_last_threshold():
+    # x - y = 0.1 over 4 seeds a side; Holm over 2 pairs: first threshold 0.025, last 0.05
+    x, y = np.array([0.5, 0.6, 0.7, 0.6]) + 0.1, np.array([0.5, 0.6, 0.7, 0.6])
+    assert x.std(ddof=1) == pytest.approx(0.0816497, abs=1e-6)   # SD of 0.6, 0.7, 0.8, 0.7
+    # with that SD: SE = sqrt(2 * 0.0066667 / 4) = 0.057735; α 0.05: 4 * (1.959964 * 0.057735 / 0.1)^2 = 5.12 -> 6;
+    # α 0.025: 4 * (2.241403 * 0.057735 / 0.1)^2 = 6.70 -> 7
+    assert cv.pair_seeds(x, y, 2) == (7, 6)
+
+
+def _v3_table(share: float, diff: float, resolved: bool) -> dict:
+    return {"largest_delay": 64, "cell_regime": [{"algorithm": "gmc_grpo", "delay": 64, "over_cap": share},
+                                                 {"algorithm": "grpo", "delay": 64, "over_cap": 0.5}],
+            "leaderboard": [{"algorithm": a, "delay": 64, "n_collapsed": 0, "slice": ""} for a in ("gmc_grpo", "grpo")],
+            "pair_tests": [{"a": "gmc_grpo", "b": "grpo", "delay": 64, "slice": "", "mean_diff": diff, "p_holm": 0.01,
+                            "resolved": resolved}]}
+
+
+def test_f_on_v3_reads_only_the_tables_where_the_cap_binds():
+    mild, bound = _v3_table(0.061, -0.05, True), _v3_table(0.20, +0.04, True)
+    out = cv.v3_reading({"mild": mild}, {"gmc_grpo"})
+    assert out["verdict"] == "not testable on this benchmark" and out["testable"] == []
+    assert out["over_cap"] == {"mild": {"gmc_grpo": 0.061}} and out["pairs"][0]["diff"] == pytest.approx(-0.05)
+    # only the table where the cap binds in >= 15% of groups is read: there gmc_grpo is resolved above grpo
+    out = cv.v3_reading({"mild": mild, "bound": bound}, {"gmc_grpo"})
+    assert out["testable"] == ["bound"] and out["verdict"] == "supported"
+    assert cv.v3_reading({"x": _v3_table(0.15, -0.05, True)}, {"gmc_grpo"})["verdict"] == "not supported"

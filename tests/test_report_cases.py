@@ -434,7 +434,8 @@ def test_a_resolved_pair_counts_the_tables_with_one_seed_left_out_that_still_res
     assert (pair.loso_resolved, pair.loso_tables) == (kept, seeds)
     page = build_report(d, tmp_path / "out").read_text()
     section = page[page.index("Resolved pairs</h2>"):]
-    assert ">gmc_grpo &gt; grpo</td>" in section and f">{kept} of {seeds}</td>" in section
+    mark = ", fragile" if kept < 0.75 * seeds else ""     # 0 of 4 rests on single seeds; 5 of 5 on none
+    assert ">gmc_grpo &gt; grpo</td>" in section and f">{kept} of {seeds}{mark}</td>" in section
 
 
 def test_the_suite_chooses_the_printed_statistic_and_the_caption_says_what_the_test_compares(tmp_path):

@@ -216,6 +216,8 @@ def _claim1(stale: list[LabTrial]) -> dict[str, str]:
                        "reads ε; seeds averaged) between 1 − mean eval/acc and the relative bias ‖E ĝ − g*‖/‖g*‖ "
                        "(ρ_bias) or relative second moment E‖ĝ‖²/‖g*‖² (ρ_m2), Monte Carlo estimates on the "
                        f"delay's pair (θ_0, θ_0 + d expected steps); permutation p-values: {numbers}",
+            "per_delay": [{"delay": d, "rho_bias": b[0], "p_bias": b[1], "rho_m2": m[0], "p_m2": m[1],
+                           "configurations": b[2], "trials": n} for d, b, m, n in per],
             "rule": "consistent if at most delays ρ_bias > 0 with p < 0.05 and ρ_bias > ρ_m2; inconsistent if "
                     "ρ_bias < 0 with p < 0.05 at some delay. Units are configurations, not trials (seeds share a "
                     "measurement pair); with n configurations the smallest possible p is 2/n!. A correlation on a "

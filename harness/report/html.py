@@ -29,7 +29,7 @@ from harness.registry import FIGURES
 from harness.store.untrusted import display, one_line
 from harness.store.untrusted_json import read_json_file
 from harness.report import figures as fig
-from harness.report import checks, importance, paper, resolve, stats, tables
+from harness.report import checks, importance, paper, penalty, regime, resolve, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
@@ -88,6 +88,12 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     figures, not_drawn = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
     standings = resolve.standings(a.cell_trials, a.pairs)
+    own = regime.cell_regime(res.metrics, a.cell_trials, ["slice", "algorithm", "delay"])
+    costs, cost_tests = penalty.penalties(a.cell_trials)
+    labels = {float(r["delay"]): regime.staleness_label(r["delay"], r["stale_mean"], r["stale_max"])
+              for r in own.to_dict("records")}
+    first = [_section_record(s) for s in [*regime.regime_section(own),
+                                           *penalty.penalty_section(costs, cost_tests, labels)]]
     extras = [_section_record(s) for s in [*_standings(standings), *_resolved_pairs(a.pairs),
                                             *report_sections(res, out_dir)]]
     prov = summarize(res.provenance)
@@ -98,6 +104,8 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
     context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
     context["docs_url"] = docs_url(out_dir)
+    context["first"] = first
+    context["staleness_note"] = regime.staleness_note(labels)
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
@@ -115,8 +123,12 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "trials": _records(a.trials),
         "staleness": _records(a.staleness),
         "paper_tables": [asdict(t) for t in papers],
-        "pair_tests": [asdict(t) for t in a.pairs],
-        "standings": [{**asdict(t), "answer": t.answer} for t in standings],
+        "pair_tests": [{**asdict(t), "fragile": resolve.is_fragile(t.loso_resolved, t.loso_tables)} for t in a.pairs],
+        "standings": [{**asdict(t), "answer": t.answer, "answer_loso": t.answer_loso, "fragile": t.fragile}
+                      for t in standings],
+        "cell_regime": _records(own),
+        "staleness_penalty": [asdict(p) for p in costs],
+        "penalty_tests": [asdict(t) for t in cost_tests],
         "ranking_agreement": _records(a.agreement),
         "figures": [asdict(f) for f in figures],
         "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,
@@ -233,12 +245,15 @@ def _standings(standings: list[resolve.Standing]) -> list[Section]:
     if not standings:
         return []
     rows = [{"table": t.slice or "\u2014", "estimator": t.estimator, "mean": f"{t.mean:.3f}" if np.isfinite(t.mean) else "\u2014",
-             "answer": t.answer, "against the rival (highest other mean)": _rival(t)} for t in standings]
+             "answer (one seed left out: k of n tables)": t.answer_loso,
+             "against the rival (highest other mean)": _rival(t)} for t in standings]
     text = ("Each estimator at the largest delay, by one rule over the resolved pairs (exact permutation test on "
             "the means, Holm over the table): best when resolved above every other estimator, below X when X is "
             "resolved above it, else not resolved from the best. The last column is its pair with the other "
             "estimator of highest mean: its difference of means, adjusted p and, when resolved, in how many "
-            "tables with one seed left out it stays resolved.")
+            "tables with one seed left out it stays resolved. Beside each estimator named in an answer: in how "
+            f"many tables with one seed left out that pair stays resolved; fragile when fewer than "
+            f"{resolve.FRAGILE_SHARE:.0%} of them (fewer than 6 of 8).")
     return [Section("Standing at the largest delay", [{"text": text},
                                                       {"table": {"columns": list(rows[0]), "rows": rows}}])]
 
@@ -254,7 +269,8 @@ def _rival(t: resolve.Standing) -> str:
 
 
 def _loso(t: resolve.PairTest) -> str:
-    return f"{t.loso_resolved} of {t.loso_tables}"
+    fragile = ", fragile" if resolve.is_fragile(t.loso_resolved, t.loso_tables) else ""
+    return f"{t.loso_resolved} of {t.loso_tables}{fragile}"
 
 
 def _resolved_pairs(pairs: list[resolve.PairTest]) -> list[Section]:

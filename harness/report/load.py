@@ -42,7 +42,9 @@ from harness.config.suite import ReportSection, Suite, read_suite_yaml
 TRIAL_FILES = trialdir.RECORD
 REGIME_KEYS = ("policy/kl_behavior", "is/traj_abs_log_ratio_q50", "is/traj_abs_log_ratio_q90",
                "is/traj_abs_log_ratio_max", "is/traj_ess_frac", "is/group_over_cap_frac")   # the trajectory regime
-METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean", *REGIME_KEYS[1:4])  # per-step metrics the report uses
+CAP_SCALE_KEY = "gmc/scale_mean"  # a group mass cap's mean scale, logged by the estimators that apply one
+METRIC_KEYS = ("policy/entropy", "is/ratio_max", "stale/mean", "stale/max", *REGIME_KEYS[1:4],
+               CAP_SCALE_KEY)  # per-step metrics the report uses
 DIAGNOSTIC_KEYS = ("is/ess_frac", "is/ratio_max", "policy/kl_behavior")  # plus every */...frac key logged
 PARALLEL_TRIALS = 100  # from this many trials on, they are read in forked workers (parallel.fork_map)
 LOSS_KEY = "loss/value"

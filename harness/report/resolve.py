@@ -17,7 +17,9 @@ estimator) are not tested: they are one measurement.
 *Leave-one-seed-out stability.* A resolved pair may rest on one seed. For each seed of a table that
 resolves any pair, the whole table is tested again without that seed (every cell loses it; Holm over the
 pairs still testable), and each pair records in how many of those tables it stays resolved
-(``loso_resolved`` of ``loso_tables``): 8 of 8 says no single seed carries it, 2 of 8 that most do.
+(``loso_resolved`` of ``loso_tables``): 8 of 8 says no single seed carries it, 2 of 8 that most do. A pair
+kept in fewer than ``FRAGILE_SHARE`` of them (fewer than 6 of 8) is *fragile*, and the report says so beside
+every standing that rests on it.
 
 *Standing at the largest delay.* Each estimator's answer to "is it the one to trust at the largest
 delay?", read off the resolved pairs by one rule (pre-registered for v3 in docs/benchmark-v3.md §5): *best*
@@ -42,6 +44,7 @@ from harness.report import stats
 from harness.report.render import show
 
 ALPHA = 0.05  # family-wise error rate of one table's resolved pairs
+FRAGILE_SHARE = 0.75  # a resolved pair kept in fewer than this share of leave-one-seed-out tables is fragile
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,24 @@ class Standing:
     above_it: tuple[str, ...]  # the estimators resolved above it (verdict "below"), highest mean first
     rival: PairTest | None  # its pair with the other estimator of highest mean there (None: not tested)
     others: int  # the other estimators at that delay
+    held: tuple[tuple[str, int, int], ...] = ()  # per resolved pair: (other, loso_resolved, loso_tables)
+
+    @property
+    def fragile(self) -> tuple[str, ...]:
+        """The others of its resolved pairs that stay resolved in fewer than FRAGILE_SHARE of the tables with
+        one seed left out (e.g. fewer than 6 of 8)."""
+        return tuple(o for o, k, n in self.held if is_fragile(k, n))
+
+    @property
+    def answer_loso(self) -> str:
+        """``answer`` with each resolved pair's leave-one-seed-out count, e.g. "below m2po (3 of 8, fragile),
+        topr (8 of 8) at delay 64"."""
+        counts = {o: f"{k} of {n}" + (", fragile" if is_fragile(k, n) else "") for o, k, n in self.held}
+        if self.verdict == "below":
+            return (f"below {', '.join(f'{o} ({counts[o]})' for o in self.above_it)} at delay {show(self.delay)}")
+        if self.verdict == "best":
+            return f"{self.answer[:-1]}: {', '.join(f'{o} {c}' for o, c in counts.items())})"
+        return self.answer
 
     @property
     def answer(self) -> str:
@@ -151,8 +172,16 @@ def standings(cell_trials: pd.DataFrame, tests: list[PairTest]) -> list[Standing
             else:
                 verdict = "below" if above else ("best" if wins == len(means) - 1 else "not resolved from the best")
             rival = pairs[min(pairs, key=rank)] if pairs else None
-            out.append(Standing(str(slice_label), delay, e, means[e], verdict, above, rival, len(means) - 1))
+            held = tuple((o, t.loso_resolved, t.loso_tables) for o, t in sorted(pairs.items(), key=lambda p: rank(p[0]))
+                         if t.resolved)
+            out.append(Standing(str(slice_label), delay, e, means[e], verdict, above, rival, len(means) - 1, held))
     return out
+
+
+def is_fragile(kept: int, tables: int) -> bool:
+    """Whether a resolved pair rests on few seeds: it stays resolved in fewer than FRAGILE_SHARE of the
+    leave-one-seed-out tables (6 of 8 holds, 5 of 8 is fragile); False when no such table was made."""
+    return tables > 0 and kept < FRAGILE_SHARE * tables
 
 
 def _finished(cell_trials: pd.DataFrame) -> pd.DataFrame:

@@ -63,9 +63,11 @@ def regime_sections(res: SuiteResults, out_dir: Path) -> list[Section]:
             f"the second half of its updates, then the mean over its trials (min..max). Λ_i is a response's "
             f"summed log-ratio to the behaviour policy, r_i = exp(Λ_i); 'over G(1+ε)' is the share of prompt "
             f"groups whose ratio mass exceeds G(1+ε), the groups a group mass cap at that level rescales. "
-            f"Benchmark v3 accepts a design when, at its largest delay, the median |Λ| is at least 1.5 nats and "
-            f"at least 40% of groups are over G(1+ε) (docs/benchmark-v3.md); benchmark v2's grpo at delay 32: 0.47 "
-            f"nats and 14% (quickstart-v2's two seeds).")
+            f"Benchmark v3 accepted a design when, at its largest delay, the median |Λ| is at least 1.5 nats and "
+            f"at least 40% of groups are over G(1+ε); for ratios of mean one that share peaks near 24%, so the "
+            f"rule was replaced by quantities that can move, measured per cell at its own step size (\"Each "
+            f"cell's regime\" above; docs/benchmark-v3.md, amendment of 2026-12-06); benchmark v2's grpo at delay "
+            f"32: 0.47 nats and 14% (quickstart-v2's two seeds).")
     return [Section("Trajectory regime", [{"text": text}, {"table": {"columns": columns, "rows": rows}}])]
 
 
