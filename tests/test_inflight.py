@@ -167,6 +167,27 @@ def test_an_inflight_trial_records_segments_and_replays_exactly(learning_base, t
     assert [r["stale/mean"] for r in a] == [r["stale/mean"] for r in rows]
 
 
+def test_resume_of_an_inflight_trial_matches_uninterrupted(learning_base, tmp_path, monkeypatch):
+    inflight = {"inflight": {"tokens_per_update": 3}, "delay": 1}
+    _, full, full_eval = run(learning_base, tmp_path, "full", **inflight)
+    calls, original = {"n": 0}, Trainer.update
+
+    def crash_on_fifth(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 5:                            # checkpoint_every = 2: resumes from step 4
+            raise KeyboardInterrupt("simulated kill")
+        return original(self, batch)
+
+    monkeypatch.setattr(Trainer, "update", crash_on_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        run(learning_base, tmp_path, "resumed", **inflight)
+    monkeypatch.setattr(Trainer, "update", original)
+    _, resumed, resumed_eval = run(learning_base, tmp_path, "resumed", **inflight)
+    assert strip_perf(resumed) == strip_perf(full) and resumed_eval == full_eval
+    for side in (trialdir.TRACE, trialdir.IS_HIST):
+        assert trialdir.read_side_rows(tmp_path / "resumed", side) == trialdir.read_side_rows(tmp_path / "full", side)
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"inflight": {"tokens_per_update": 0}}, "inflight.tokens_per_update: must be >= 1"),
     ({"inflight": {"phase": "random"}}, "inflight.phase: 'random' is not valid; choose one of uniform, zero"),
