@@ -12,7 +12,9 @@ from harness.config.inflight import InflightConfig, segments, version_at
 from harness.config.trace import trace_line
 from harness.rollout import token_logp
 from harness.rollout.base import Rollout
-from harness.rollout.lean import LeanEngine, response_logits as lean_logits
+from harness.rollout.hf import CACHE
+from harness.registry import FORWARDS
+from harness.rollout.lean import response_logits as lean_logits
 from harness.store import trialdir
 from harness.config.run import ConfigError, build_run_config
 from harness.trial.batches import Batch
@@ -86,13 +88,15 @@ def test_token_staleness_of_constructed_multi_version_responses():
     assert trace_line(schedules_of(batch.rollout)) == {"versions": [3, 2]}
 
 
-def test_the_lean_engine_switches_weights_between_two_decoding_steps(tiny_model_dir):
+@pytest.mark.parametrize("forward", ["lean", "lean3"])
+def test_the_lean_engines_switch_weights_between_two_decoding_steps(tiny_model_dir, forward):
     a, tok = load_model(tiny_model_dir)
     b, _ = load_model(tiny_model_dir)
     with torch.no_grad():
         for p in b.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
-    engine, prompts = LeanEngine(a, tok), ["1+2=", "123+456="]
+    engine, prompts = FORWARDS.get(forward).engine(a, tok), ["1+2=", "123+456="]
+    logits = FORWARDS.get(forward).response_logits
     kw = dict(n=3, temperature=1.0, max_new_tokens=6, seed=4)
     plain = engine.generate(prompts, **kw)
     switched = engine.generate(prompts, **kw, policies=[(0, a, 7), (3, b, 8)])
@@ -102,15 +106,36 @@ def test_the_lean_engine_switches_weights_between_two_decoding_steps(tiny_model_
     assert torch.equal(switched.response_ids[:, :3], plain.response_ids[:, :3])
     assert torch.equal(switched.logp_behavior[:, :3], plain.logp_behavior[:, :3])
     # ... which are a's log-probs (a full forward), not b's
-    err = {name: (token_logp(m, switched, slice(None), 1.0, 1, lean_logits)[0].detach()
+    err = {name: (token_logp(m, switched, slice(None), 1.0, 1, logits)[0].detach()
                   - switched.logp_behavior)[:, :3][switched.response_mask[:, :3]].abs().max() for name, m in
            (("a", a), ("b", b))}
     assert err["a"] < 1e-5 and err["b"] > 1e-3
     # from token 3 on, b decides: the recorded log-probs leave a's
     assert not torch.equal(switched.logp_behavior[:, 3:], plain.logp_behavior[:, 3:])
+    # every token against a slow reference in transformers: token t's logits come from a decoding step run
+    # by the policy in force at t over the KV cache the earlier steps wrote (a's for the prompt and tokens
+    # 0, 1; b's from token 2 on, the input of the step that predicts token 3)
+    for i in range(switched.response_ids.shape[0]):
+        ref = keep_kv_reference(lambda t: a if t < 3 else b, switched, i)
+        got = switched.logp_behavior[i, switched.response_mask[i]]
+        assert (ref - got).abs().max() < 1e-5, (i, ref, got)
     # switching to the same weights changes nothing, bit for bit (the switch itself is exact)
     same = engine.generate(prompts, **kw, policies=[(0, a, 0), (2, load_model(tiny_model_dir)[0], 1)])
     assert torch.equal(same.response_ids, plain.response_ids) and torch.equal(same.logp_behavior, plain.logp_behavior)
+
+
+@torch.no_grad()
+def keep_kv_reference(model_at, r: Rollout, i: int) -> torch.Tensor:
+    """Row i's token log-probs, one transformers step per token: the prompt by model_at(0), then token t − 1
+    fed to model_at(t) with the cache so far (kept across switches), predicting token t."""
+    prompt = r.prompt_ids[i][r.prompt_mask[i].bool()][None]                      # (1, P) without padding
+    tokens = r.response_ids[i][r.response_mask[i]]
+    out = model_at(0)(prompt, use_cache=True)
+    logps = [torch.log_softmax(out.logits[0, -1], -1)[tokens[0]]]
+    for t in range(1, len(tokens)):
+        out = model_at(t)(tokens[t - 1].view(1, 1), **{CACHE: out[CACHE]}, use_cache=True)
+        logps.append(torch.log_softmax(out.logits[0, -1], -1)[tokens[t]])
+    return torch.stack(logps)
 
 
 def test_each_token_is_sampled_by_its_version_and_estimators_get_its_log_prob(learning_base):
