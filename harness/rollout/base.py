@@ -78,7 +78,9 @@ class RolloutEngine(Protocol):
 
 
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
-        """Sample n responses per prompt; temperature 0 = greedy."""
+        """Sample n responses per prompt; temperature 0 = greedy. An engine that `switches_midway` also takes
+        `policies=[(first token, model, version), ...]`: token t sampled by the last policy starting at or
+        before t (in-flight weight updates; the rollout then records `token_version`)."""
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Make the engine generate with `model`'s current weights, tagged as `version`."""
