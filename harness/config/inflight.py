@@ -6,7 +6,8 @@
 
 The model (docs/staleness.md#in-flight-weight-updates). The rollout engine keeps decoding while the trainer
 updates, and loads each new version between two decoding steps of the responses in flight, keeping their KV
-cache (PipelineRL; vLLM's `pause_generation(mode="keep")`; NeMo-RL's `in_flight_weight_updates`). Time is
+cache (PipelineRL; vLLM's `pause_generation(mode="keep", clear_cache=False)`; NeMo-RL's
+`in_flight_weight_updates` without `recompute_kv_cache_after_weight_updates`). Time is
 counted in decoding steps: the trainer makes one update every τ tokens of a response's generation. Response i
 of batch s (prompt-major) has a phase φ_i (`phase: uniform`: drawn uniformly from 0..τ−1 with a stream seeded
 by the trial seed and s only; `phase: zero`: 0): how far into an update period its generation started. Token

@@ -246,8 +246,8 @@ class LeanEngine:
     In-flight weight updates (`policies`, harness/config/inflight.py): a list of (first token, model,
     version) switches the weights between two decoding steps: token t is sampled from the logits of the policy
     in force at t, computed by a decoding step that runs entirely under it, over the KV cache the earlier
-    policies wrote (kept, as PipelineRL and vLLM's pause_generation(mode="keep") keep it). The rollout records
-    each token's version (`token_version`) and log-prob under the policy that sampled it."""
+    policies wrote (kept, as PipelineRL and vLLM's pause_generation(mode="keep", clear_cache=False) keep it).
+    The rollout records each token's version (`token_version`) and log-prob under the policy that sampled it."""
     shares_weights = True
     switches_midway = True
 

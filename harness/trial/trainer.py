@@ -26,12 +26,12 @@ from harness.rollout.base import Rollout
 from harness.rollout.mismatch import MismatchEngine
 from harness.config.run import EVAL_SPLITS, RunConfig
 from harness.config.dicts import to_dict
+from harness.config.trace import trace_line
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)
 from harness.trial.backends import make_backend
 from harness.trial.batches import Batch, Batches, train_problems
-from harness.config.trace import trace_line
 from harness.trial.metrics import (add_histograms, combine_metrics, importance_diagnostics, policy_metrics,
                                    rollout_metrics, token_age_histogram)
 from harness.trial.staleness import Source, schedules_of
