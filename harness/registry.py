@@ -94,7 +94,7 @@ FORWARDS: Registry[Any] = Registry("model forward", homes=("harness.rollout",))
 ENGINES: Registry[Any] = Registry("rollout engine", homes=("harness.rollout",))
 # trial/backends.py Backend: the optimizer step over the trainer's gradients: torch, deepspeed
 BACKENDS: Registry[Any] = Registry("training backend", homes=("harness.trial.backends",))
-# trial/staleness.py Source: where each consumed batch comes from: exact delay, mixed versions, async
+# trial/staleness.py Source: where each consumed batch comes from: exact delay, mixed versions, in-flight updates, async
 SOURCES: Registry[Any] = Registry("staleness source", homes=("harness.trial.staleness",))
 # spec/kinds.py TrialKind: what runs a trial: the LLM trainer, the estimator lab
 KINDS: Registry[Any] = Registry("trial kind", homes=("harness.trial.kind", "harness.lab.kind"))

@@ -83,7 +83,17 @@ GOOD = [{"step": s + 1, "versions": [0] * B} for s in range(6)]
     (["not json"], "line 1: not a JSON object"),
     (["[1, 2]"], "line 1: expected the keys step and versions (or step and segments); got 'list'"),
     ([{"step": 1, "versions": [0] * B, "extra": 1}], "expected the keys step and versions"),
-    ([{"step": 1, "segments": [[0, 0]] + [[0]] * 15}], "response 0 has 2 segments; replaying a response generated"),
+    ([{"step": 1, "segments": [[0, 0]] + [[0]] * 15}], "response 0: starts must list the first token of each of "
+                                                       "its 2 segments (0 first); got None"),
+    ([{"step": 1, "segments": [[0, 0]] + [[0]] * 15, "starts": [[0, 2]] + [[0]] * 15}],
+     "response 0: segment versions [0, 0] must increase"),
+    ([{"step": 1, "segments": [[0]] * B, "starts": [[1]] + [[0]] * 15}], "response 0: starts [1] must be integers "
+                                                                         "increasing from 0"),
+    ([{"step": 1, "segments": [[0]] * B, "starts": [[0]] * 15}], "line 1: starts: 15 responses, but a step"),
+    ([GOOD[0], {"step": 2, "segments": [[0, 2]] + [[0]] * 15, "starts": [[0, 3]] + [[0]] * 15}],
+     "response 0: version 2 is outside 0..1"),
+    ([GOOD[0], {"step": 2, "segments": [[0, 1]] + [[0]] * 15, "starts": [[0, 3]] + [[0]] * 15}, *GOOD[2:]],
+     "delay.path: a trace of responses of several segments needs an engine that switches weights mid-response"),
     ([{"step": 1, "segments": [[]] + [[0]] * 15}], "response 0: segments must be a non-empty list of versions"),
 ])
 def test_bad_traces_are_one_line_errors(tiny_base, tmp_path, rows, message):

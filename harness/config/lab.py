@@ -87,6 +87,7 @@ def check_supported(cfg: Any) -> None:
                                            "per batch; set both to 1"),
         (cfg.train.kl_beta != 0, "train.kl_beta: a lab trial has no KL penalty; set train.kl_beta: 0"),
         (cfg.async_ is not None, "async: a lab trial uses the exact delay only; remove the async section"),
+        (cfg.inflight is not None, "inflight: a lab trial has no token-level generation; remove the inflight section"),
         (cfg.train.workers > 1, "train.workers: an estimator-lab trial runs in one process; remove train.workers"),
         (cfg.train.advantage == "std" and lab.reward != "binary",
          "train.advantage: 'std' needs lab.reward: binary (exact target); or use train.advantage: mean"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from harness.config.delays import DelayDistribution
+from harness.config.inflight import InflightConfig
 from harness.config.dicts import NEW_SETTING, from_dict, set_dotted, to_dict, yaml_name
 from harness.errors import ConfigError
 from harness.registry import BACKENDS, ENGINES, FORWARDS
@@ -230,6 +231,8 @@ class RunConfig:
     async_: AsyncConfig | None = None      # YAML key `async`: real concurrent generation (None = exact delay)
     lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
     mismatch: MismatchConfig | None = None # engine log-probs apart from the trainer's (None = the plain engine)
+    inflight: InflightConfig | None = field(default=None, metadata=NEW_SETTING)   # weights updated while
+                                           # responses are generated (config/inflight.py; None: one version each)
 
     def validate(self, key: str = "base") -> None:
         from algorithms import check_params, loss_names
@@ -242,8 +245,11 @@ class RunConfig:
         if isinstance(self.delay, DelayDistribution):
             self.delay.validate("delay")
             if self.delay.dist == "trace":          # the file must fit this run's batch shape and length
-                read_trace(self.delay.path, self.train.prompts_per_step * self.group_size,
-                           updates_per_batch=self.train.updates_per_batch, max_lag=self.delay.max, steps=self.train.steps)
+                trace = read_trace(self.delay.path, self.train.prompts_per_step * self.group_size,
+                                   updates_per_batch=self.train.updates_per_batch, max_lag=self.delay.max,
+                                   steps=self.train.steps)
+                if any(len(schedule) > 1 for step in trace for schedule in step):
+                    self._validate_switching("delay.path: a trace of responses of several segments needs")
         else:
             _positive("delay", self.delay, strict=False)
         _positive("eps", self.eps)
@@ -262,8 +268,27 @@ class RunConfig:
                                   f"one; gsm8k with task.validation_size); set eval.split: test")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
+        if self.inflight is not None:
+            self._validate_inflight()
         if self.train.workers > 1:
             self._validate_workers()
+
+    def _validate_inflight(self) -> None:
+        if isinstance(self.delay, DelayDistribution) or self.async_ is not None:
+            raise ConfigError("inflight: takes an integer delay (the lag of a full-length response's last token), "
+                              "not a delay distribution, trace or async section; remove one of them")
+        self.inflight.check_lag("inflight", self.delay, self.train.max_new_tokens)
+        self._validate_switching("inflight: needs")
+
+    def _validate_switching(self, what: str) -> None:
+        """What responses generated under several versions need: an engine that switches weights between
+        two decoding steps (the lean engines), in one process, without the mismatched engine."""
+        if self.model.forward not in ("lean", "lean3") or self.model.engine != "hf":
+            raise ConfigError(f"{what} an engine that switches weights mid-response: set model.forward: lean "
+                              f"(the tiny Qwen3 bases) and model.engine: hf")
+        if self.mismatch is not None or self.train.workers > 1:
+            raise ConfigError(f"{what} the plain lean engine in one process: remove the mismatch section "
+                              f"and train.workers")
 
     def _validate_workers(self) -> None:
         """What several data-parallel workers need (docs/workers.md); each refusal is one line."""

@@ -8,16 +8,21 @@ The file format (JSON Lines, UTF-8; one line per step, in order):
 
     {"step": 1, "versions": [0, 0, 0, 0, ...]}          # one version per response (B = prompts × G)
     {"step": 2, "versions": [0, 1, 1, 0, ...]}
-    {"step": 3, "segments": [[0, 2], [2], [1], ...]}    # partial rollouts: each response's segment versions
+    {"step": 3, "segments": [[0, 2], [2], [1], ...],     # responses generated under several versions:
+     "starts": [[0, 3], [0], [0], ...]}                 # each segment's version and first token
 
 - `step`: 1, 2, 3, ... (the consumed batch, as in metrics.jsonl); at least `train.steps` lines; lines past
   that are not read;
 - `versions[i]`: the number of optimizer updates applied to the policy that generated response i, an
   integer with 0 <= version <= k·(step − 1) (k = train.passes × train.minibatches: no version from the future) and
   k·(step − 1) − version <= `max` (the stated bound);
-- `segments[i]`: the versions of response i's consecutive segments, oldest first (AReaL-style interrupted
-  generation). A response of one segment is replayed like a `versions` entry; several segments are
-  refused: neither engine can switch weights in the middle of a response yet.
+- `segments[i]`: the versions of response i's consecutive segments, oldest first, increasing (in-flight
+  weight updates, PipelineRL or NeMo-RL style; AReaL's and verl's interrupted generation), each bounded like a
+  `versions` entry; `starts[i]`: the token (0-based) at which each segment begins, 0 first, increasing.
+  A response of one segment is replayed like a `versions` entry (`starts` may then be left out); several
+  segments are replayed token by token: token t by the version of the last segment starting at or before t
+  (past the recorded length, the last segment's), which needs an engine that switches weights between two
+  decoding steps (model.forward: lean).
 
 Responses are prompt-major, like the trainer's rows: response i answers prompt i // G. Every problem is
 one line naming the file, the line and the fix; a file is never executed and is read at most once per
@@ -33,6 +38,7 @@ import json
 import os
 from pathlib import Path
 
+from harness.config.inflight import Schedule
 from harness.errors import ConfigError
 from harness.store.untrusted import UntrustedError, read_bytes
 
@@ -41,9 +47,10 @@ MAX_RESPONSES = 1 << 16        # per step
 
 
 def read_trace(path: str | Path, responses: int, *, updates_per_batch: int, max_lag: int,
-               steps: int | None = None) -> list[list[int]]:
-    """The behavior version of each response of steps 1..steps (all lines when None), as a list per step
-    (index s is batch s, i.e. step s + 1); ConfigError (one line) for any problem."""
+               steps: int | None = None) -> list[list[Schedule]]:
+    """The segments of each response of steps 1..steps (all lines when None), as a list per step (index s is
+    batch s, i.e. step s + 1; a `versions` entry v is the one segment ((0, v),)); ConfigError (one line)
+    for any problem."""
     path = Path(path)
     try:
         stat = path.stat()
@@ -60,13 +67,13 @@ def read_trace(path: str | Path, responses: int, *, updates_per_batch: int, max_
 
 @functools.lru_cache(maxsize=8)
 def _parse(path: str, size: int, mtime_ns: int, responses: int, k: int, max_lag: int,
-           steps: int | None) -> list[list[int]]:
+           steps: int | None) -> list[list[Schedule]]:
     where = _short(Path(path))
     try:
         text = _read(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"delay.path: {where}: not UTF-8 text (a trace is JSON Lines)") from None
-    out: list[list[int]] = []
+    out: list[list[Schedule]] = []
     for n, line in enumerate(text.splitlines(), start=1):
         if steps is not None and len(out) == steps:
             break
@@ -96,13 +103,14 @@ def trace_sha256(path: str | Path) -> str:
     return hashlib.sha256(_read(path)).hexdigest()
 
 
-def _row(where: str, line: str, step: int, responses: int, k: int, max_lag: int) -> list[int]:
+def _row(where: str, line: str, step: int, responses: int, k: int, max_lag: int) -> list[Schedule]:
     try:
         row = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"delay.path: {where}: not a JSON object ({type(exc).__name__}); each line is "
                           f'{{"step": N, "versions": [...]}}') from None
-    if not isinstance(row, dict) or set(row) not in ({"step", "versions"}, {"step", "segments"}):
+    if not isinstance(row, dict) or set(row) not in ({"step", "versions"}, {"step", "segments"},
+                                                     {"step", "segments", "starts"}):
         keys = sorted(row) if isinstance(row, dict) else type(row).__name__
         raise ConfigError(f"delay.path: {where}: expected the keys step and versions (or step and segments); "
                           f"got {_short(keys)}")
@@ -110,34 +118,60 @@ def _row(where: str, line: str, step: int, responses: int, k: int, max_lag: int)
         raise ConfigError(f"delay.path: {where}: step {_short(row['step'])}, expected {step} (one line per step, "
                           f"in order from 1)")
     values = row.get("versions", row.get("segments"))
+    _check_length(where, values, responses)
+    if "segments" not in row:
+        schedules = [((0, v),) for v in values]
+    else:
+        starts = row.get("starts", [None] * responses)
+        _check_length(where, starts, responses, "starts: ")
+        schedules = [_segments(where, i, seg, first) for i, (seg, first) in enumerate(zip(values, starts))]
+    newest = k * (step - 1)
+    for i, schedule in enumerate(schedules):
+        for _, v in schedule:
+            if not _is_int(v):
+                raise ConfigError(f"delay.path: {where}: response {i}: version {_short(v)} is not an integer")
+            if not 0 <= v <= newest:
+                raise ConfigError(f"delay.path: {where}: response {i}: version {v} is outside 0..{newest} (step "
+                                  f"{step} is consumed at version {newest}: no version from the future)")
+            if newest - v > max_lag:
+                raise ConfigError(f"delay.path: {where}: response {i}: version {v} is {newest - v} versions old, "
+                                  f"more than delay.max {max_lag}; raise delay.max (at most 256)")
+    return schedules
+
+
+def _check_length(where: str, values: object, responses: int, what: str = "") -> None:
     if not isinstance(values, list) or len(values) != responses:
         got = f"{len(values)} responses" if isinstance(values, list) else _short(values)
-        raise ConfigError(f"delay.path: {where}: {got}, but a step of this suite has {responses} "
+        raise ConfigError(f"delay.path: {where}: {what}{got}, but a step of this suite has {responses} "
                           f"(prompts_per_step × group_size); record the trace with the suite's batch shape")
-    if "segments" in row:
-        values = [_one_segment(where, i, seg) for i, seg in enumerate(values)]
-    newest = k * (step - 1)
-    for i, v in enumerate(values):
-        if not _is_int(v):
-            raise ConfigError(f"delay.path: {where}: response {i}: version {_short(v)} is not an integer")
-        if not 0 <= v <= newest:
-            raise ConfigError(f"delay.path: {where}: response {i}: version {v} is outside 0..{newest} (step {step} "
-                              f"is consumed at version {newest}: no version from the future)")
-        if newest - v > max_lag:
-            raise ConfigError(f"delay.path: {where}: response {i}: version {v} is {newest - v} versions old, more "
-                              f"than delay.max {max_lag}; raise delay.max (at most 256)")
-    return values
 
 
-def _one_segment(where: str, i: int, seg: object) -> object:
+def _segments(where: str, i: int, seg: object, starts: object) -> Schedule:
+    """Response i's segment versions and first tokens as a schedule ((first token, version), ...)."""
     if not isinstance(seg, list) or not seg:
         raise ConfigError(f"delay.path: {where}: response {i}: segments must be a non-empty list of versions; "
                           f"got {_short(seg)}")
-    if len(seg) > 1:
-        raise ConfigError(f"delay.path: {where}: response {i} has {len(seg)} segments; replaying a response "
-                          f"generated by several versions needs an engine that switches weights mid-response "
-                          f"(not supported yet); give one version per response")
-    return seg[0]
+    if starts is None and len(seg) == 1:
+        starts = [0]
+    if not isinstance(starts, list) or len(starts) != len(seg):
+        raise ConfigError(f"delay.path: {where}: response {i}: starts must list the first token of each of its "
+                          f"{len(seg)} segments (0 first); got {_short(starts)}")
+    if not all(_is_int(t) for t in starts) or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])):
+        raise ConfigError(f"delay.path: {where}: response {i}: starts {_short(starts)} must be integers increasing "
+                          f"from 0 (the first token of each segment)")
+    if all(_is_int(v) for v in seg) and any(b <= a for a, b in zip(seg, seg[1:])):
+        raise ConfigError(f"delay.path: {where}: response {i}: segment versions {_short(seg)} must increase (a "
+                          f"segment begins where new weights were loaded)")
+    return tuple(zip(starts, seg))
+
+
+def trace_line(schedules: list[Schedule]) -> dict[str, list]:
+    """The trace line of one step (without its step number) from each response's segments: `versions` when
+    every response has one segment, else `segments` and `starts`."""
+    if all(len(schedule) == 1 for schedule in schedules):
+        return {"versions": [schedule[0][1] for schedule in schedules]}
+    return {"segments": [[v for _, v in schedule] for schedule in schedules],
+            "starts": [[t for t, _ in schedule] for schedule in schedules]}
 
 
 def _is_int(v: object) -> bool:

@@ -18,6 +18,8 @@ class Rollout:
     texts:          decoded responses (special tokens stripped)
     logp_rollout:   optional (B, T) the engine's own log-probs when they differ from the behavior policy's
                     (harness/rollout/mismatch.py: perturbed weights, top-p/top-k renormalized); 0 on padding
+    token_version:  optional (B, T) the policy version that generated each token, when a response's tokens
+                    come from several (in-flight weight updates; `version` is then its first token's); None: `version`
     """
 
     prompt_ids: torch.Tensor
@@ -29,6 +31,7 @@ class Rollout:
     texts: list[str]
     seconds: float = 0.0
     logp_rollout: torch.Tensor | None = None
+    token_version: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> "Rollout":
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
@@ -53,7 +56,9 @@ class Rollout:
                        torch.cat([r.version for r in parts]), [t for r in parts for t in r.texts],
                        max(r.seconds for r in parts),
                        None if any(r.logp_rollout is None for r in parts) else
-                       torch.cat([pad(r.logp_rollout, T, 0.0, False) for r in parts]))
+                       torch.cat([pad(r.logp_rollout, T, 0.0, False) for r in parts]),
+                       None if any(r.token_version is None for r in parts) else
+                       torch.cat([pad(r.token_version, T, 0, False) for r in parts]))
 
     def take(self, rows: list[int]) -> "Rollout":
         """The rows `rows`, in that order."""
@@ -69,10 +74,13 @@ class Rollout:
 class RolloutEngine(Protocol):
     version: int
     shares_weights: bool     # True: generates with the model object it is given; False: holds its own copy
+    switches_midway: bool    # generate(..., policies=...) loads new weights between two decoding steps
 
 
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
-        """Sample n responses per prompt; temperature 0 = greedy."""
+        """Sample n responses per prompt; temperature 0 = greedy. An engine that `switches_midway` also takes
+        `policies=[(first token, model, version), ...]`: token t sampled by the last policy starting at or
+        before t (in-flight weight updates; the rollout then records `token_version`)."""
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Make the engine generate with `model`'s current weights, tagged as `version`."""

@@ -69,6 +69,7 @@ def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, n: in
 
 class HFEngine:
     shares_weights = True
+    switches_midway = False            # one policy per generate call
 
     def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0):
         self.model = model

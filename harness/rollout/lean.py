@@ -241,8 +241,15 @@ class LeanEngine:
     which a response's row is dropped once it has ended (the sampling still draws for every row, like hf.py,
     so the draws of the others are the same). A call of more than CHUNK_ROWS rows (an evaluation) decodes
     them CHUNK_ROWS at a time, the chunks one after the other on the one generator; a rollout batch of the
-    suites (128 rows) is one chunk."""
+    suites (128 rows) is one chunk.
+
+    In-flight weight updates (`policies`, harness/config/inflight.py): a list of (first token, model,
+    version) switches the weights between two decoding steps: token t is sampled from the logits of the policy
+    in force at t, computed by a decoding step that runs entirely under it, over the KV cache the earlier
+    policies wrote (kept, as PipelineRL and vLLM's pause_generation(mode="keep", clear_cache=False) keep it).
+    The rollout records each token's version (`token_version`) and log-prob under the policy that sampled it."""
     shares_weights = True
+    switches_midway = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, version: int = 0, *,
                  forward: Callable[[torch.nn.Module], LeanQwen3] = LeanQwen3, compact_at: float = 1.0):
@@ -260,24 +267,29 @@ class LeanEngine:
                                                  compact_at=self.compact_at))
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
+    def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int,
+                 policies: list[tuple[int, torch.nn.Module, int]] | None = None) -> Rollout:
+        """`policies`: (first token, model, version) of each policy in force, first token 0 first, increasing
+        (None: this engine's model and version throughout)."""
         start = time.perf_counter()
-        gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
+        policies = policies or [(0, self.model, self.version)]
+        gen = torch.Generator(device=next(policies[0][1].parameters()).device).manual_seed(seed)
         per = max(1, CHUNK_ROWS // n)                                              # prompts per chunk
-        parts = [self._generate(prompts[i:i + per], n, temperature, max_new_tokens, gen)
+        parts = [self._generate(prompts[i:i + per], n, temperature, max_new_tokens, gen, policies)
                  for i in range(0, len(prompts), per)]
         out = parts[0] if len(parts) == 1 else Rollout.concat(parts, self.tokenizer.pad_token_id)
         out.seconds = time.perf_counter() - start
         return out
 
     def _generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
-                  gen: torch.Generator) -> Rollout:
+                  gen: torch.Generator, policies: list[tuple[int, torch.nn.Module, int]]) -> Rollout:
         tok = self.tokenizer
-        device = next(self.model.parameters()).device
+        device = next(policies[0][1].parameters()).device
         enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
         ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)          # (u, P)
         (u, P), B = ids.shape, len(prompts) * n
-        lean = self.forward(self.model)
+        leans = [(first, self.forward(model)) for first, model, _ in policies]
+        lean = leans[0][1]
         h_last, past, key_bias = lean.prefix(ids, mask)
         S = P + max_new_tokens                                                     # cache slots
         cache = []
@@ -315,12 +327,18 @@ class LeanEngine:
                 ck[:, :, slot:slot + 1], cv[:, :, slot:slot + 1] = k, v
                 return ck[:, :, :slot + 1], cv[:, :, :slot + 1]
 
+            lean = [forward for first, forward in leans if first <= t + 1][-1]    # the policy of token t + 1
             h = lean.run(token[rows][:, None], position + t, lean.grid(kv, bias[..., :slot + 1]))[:, -1]
             logits = logits.index_put((rows,), lean.logits(h))   # a finished row's logits are no longer used
         response_ids, response_mask = torch.stack(tokens, 1), torch.stack(alive, 1)        # (B, T)
         texts = tok.batch_decode(response_ids.masked_fill(~response_mask, tok.pad_token_id), skip_special_tokens=True)
+        first_version = policies[0][2]
+        token_version = None if len(policies) == 1 else torch.tensor(
+            [[[v for first, _, v in policies if first <= t][-1] for t in range(response_ids.shape[1])]],
+            device=device).expand(B, -1).clone()                                           # (B, T)
         return Rollout(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), response_ids, response_mask,
-                       torch.stack(logps, 1), torch.full((B,), self.version, dtype=torch.long), texts)
+                       torch.stack(logps, 1), torch.full((B,), first_version, dtype=torch.long), texts,
+                       token_version=token_version)
 
 
 

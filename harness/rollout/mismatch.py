@@ -66,6 +66,7 @@ class MismatchEngine:
     """Samples with a perturbed copy of the weights it is pinned to and a truncated sampler; records the
     engine's log-probs (`logp_rollout`) and the unperturbed weights' (`logp_behavior`)."""
     shares_weights = True          # the behavior log-probs are the trainer's own forward: no gap to check
+    switches_midway = False        # one policy per generate call
 
     def __init__(self, tokenizer, *, sigma: float, bf16: bool, top_p: float, top_k: int, seed: int):
         self.tokenizer = tokenizer

@@ -48,6 +48,7 @@ CPU_MAX_NUM_SEQS = 1024                  # vLLM's CPU default, 256, splits a 64 
 
 class VLLMEngine:
     shares_weights = False                # the engine runs its own copy: sync_weights copies, the trainer checks the gap
+    switches_midway = False               # one policy per generate call (no pause_generation here yet)
 
     def __init__(self, path: str | Path, tokenizer, *, dtype: str = "float32", seed: int = 0,
                  gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,

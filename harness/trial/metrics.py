@@ -73,13 +73,42 @@ def trajectory_regime(traj: torch.Tensor, eps: float) -> dict[str, float]:
 
 
 def add_histograms(a: dict[str, list[int]] | None, b: dict[str, list[int]]) -> dict[str, list[int]]:
-    """Two histogram rows as one (several updates of a batch): counts added, position lists padded."""
+    """Two histogram rows as one (several updates of a batch): counts added, position lists padded, a key
+    of one row alone kept."""
     if a is None:
         return b
     def add(x: list[int], y: list[int]) -> list[int]:
         n = max(len(x), len(y))
         return [(x[i] if i < len(x) else 0) + (y[i] if i < len(y) else 0) for i in range(n)]
-    return {k: add(a[k], b[k]) for k in b}
+    return {k: add(a.get(k, []), b.get(k, [])) for k in {**a, **b}}
+
+
+def token_ages(r: Any, version: int) -> torch.Tensor | None:
+    """(B, T) each token's age at policy `version` (version − the version that generated it), or None when
+    every response has one version (no `token_version`; `stale/mean` says it all)."""
+    return None if r.token_version is None else version - r.token_version
+
+
+def token_staleness(r: Any, version: int) -> dict[str, float]:
+    """Token-weighted staleness of in-flight updates (docs/metrics.md): the mean and max token age, the mean
+    over responses of each response's mean token age, and how many versions a response spans."""
+    age, m = token_ages(r, version), r.response_mask
+    if age is None:
+        return {}
+    ages = age.masked_fill(~m, 0).float()
+    n = m.sum(1).clamp_min(1)
+    oldest = age.masked_fill(~m, -2**62).max(1).values
+    newest = age.masked_fill(~m, 2**62).min(1).values
+    return {"stale/token_mean": float(ages.sum() / m.sum()), "stale/token_max": float(age[m].max()),
+            "stale/response_mean": float((ages.sum(1) / n).mean()),
+            "stale/response_span_mean": float((oldest - newest).float().mean())}
+
+
+def token_age_histogram(r: Any, version: int) -> dict[str, list[int]]:
+    """is_hist.jsonl's `token_age_counts`: valid tokens by age 0, 1, 2, ... at `version` (none without in-flight
+    updates)."""
+    age = token_ages(r, version)
+    return {} if age is None else {"token_age_counts": torch.bincount(age[r.response_mask].flatten()).tolist()}
 
 
 def rollout_metrics(batch: Any, version: int, part: Any = None) -> dict[str, float]:
@@ -93,6 +122,7 @@ def rollout_metrics(batch: Any, version: int, part: Any = None) -> dict[str, flo
             "rollout/zero_adv_frac": float((rewards.max(1).values == rewards.min(1).values).float().mean()),
             "stale/mean": float(staleness.mean()), "stale/max": float(staleness.max()),
             "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9),
+            **token_staleness((batch if part is None else part).rollout, version),
             **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap}),
             **({} if r.logp_rollout is None else mismatch_metrics(r.logp_behavior, r.logp_rollout, r.response_mask))}
 

@@ -18,6 +18,11 @@ of batch s has its own behavior version v_i ≤ k·s (`versions(s)`: drawn from 
 trace); batch s is generated when the trainer reaches version k·s, each response from the snapshot of
 its version. The buffer keeps the last `max_lag` + 1 policy snapshots (and checkpoints them).
 
+Inflight (exact, timing-independent, in-flight weight updates): a MixedDelayBuffer whose responses each
+carry a schedule of versions over their tokens (harness/config/inflight.py: the version advances every
+`tokens_per_update` decoding steps, at a seeded phase); batch s is generated at version k·s, the lean engine
+switching weights between two decoding steps, and records each token's version and behavior log-prob.
+
 AsyncProducer (real concurrency): a thread generates batches with its own copy of the policy while the
 trainer updates. It may start batch s once the trainer has published version ≥ k·s − η and uses the
 newest published weights, so realized staleness lies in 0 .. η+k−1 and depends on timing. With η = 0 it
@@ -35,21 +40,32 @@ import torch
 from harness.registry import SOURCES
 from harness.config.run import RunConfig
 from harness.config.delays import DelayDistribution
+from harness.config.inflight import Schedule, segments
+from harness.rollout.base import Rollout
 
 if TYPE_CHECKING:
     from harness.trial.batches import Batch, Batches
 
 
 def behavior_versions(delay: DelayDistribution, seed: int, updates_per_batch: int, prompts: int, group_size: int,
-                      steps: int) -> Callable[[int], list[int]]:
-    """Batch index s -> the behavior version of each of its responses: max(0, k·s − D_i) with the lags
-    D_i drawn from `delay` (seeded by the trial seed and s), or the versions a trace recorded."""
+                      steps: int) -> Callable[[int], list[Schedule]]:
+    """Batch index s -> the behavior versions of each of its responses, as segments: one version
+    max(0, k·s − D_i) with the lags D_i drawn from `delay` (seeded by the trial seed and s), or the
+    segments a trace recorded."""
     k = updates_per_batch
     if delay.dist == "trace":
         from harness.config.trace import read_trace
         trace = read_trace(delay.path, prompts * group_size, updates_per_batch=k, max_lag=delay.max, steps=steps)
         return lambda s: trace[s]
-    return lambda s: [max(0, k * s - d) for d in delay.lags(seed, s, prompts, group_size)]
+    return lambda s: [((0, max(0, k * s - d)),) for d in delay.lags(seed, s, prompts, group_size)]
+
+
+def schedules_of(r: Rollout) -> list[Schedule]:
+    """Each response's segments as generated (its valid tokens' versions; `version` when one per response)."""
+    if r.token_version is None:
+        return [((0, v),) for v in r.version.tolist()]
+    lengths = r.response_mask.sum(1).tolist()
+    return [segments(row[:max(1, n)]) for row, n in zip(r.token_version.tolist(), lengths)]
 
 
 class Source(Protocol):
@@ -97,13 +113,15 @@ class DelayBuffer:
 
 
 class MixedDelayBuffer:
-    """Batches whose responses come from several policy versions (harness/config/delays.py, harness/config/trace.py)."""
+    """Batches whose responses come from several policy versions (harness/config/delays.py, harness/config/trace.py),
+    or whose tokens do (harness/config/inflight.py)."""
     records_versions = True                    # the trial writes its trace (trialdir.TRACE)
 
-    def __init__(self, model: torch.nn.Module, versions: Callable[[int], list[int]], max_lag: int,
-                 updates_per_batch: int, num_batches: int, batches: Batches):
+    def __init__(self, model: torch.nn.Module, versions: Callable[[int], list[Schedule]], max_lag: int,
+                 updates_per_batch: int, num_batches: int, batches: Batches, per_token: bool = False):
         self.model = model                          # the trainer's (live) model
-        self.versions = versions                    # batch index -> behavior version of each response
+        self.per_token = per_token                  # every batch records token versions (in-flight updates)
+        self.versions = versions                    # batch index -> each response's versions (segments)
         self.max_lag = max_lag
         self.k = updates_per_batch
         self.num_batches = num_batches
@@ -124,7 +142,11 @@ class MixedDelayBuffer:
             del self.snapshots[old]
         while self.next_to_generate < self.num_batches and self.k * self.next_to_generate <= version:
             s = self.next_to_generate
-            self.pending[s] = self.batches.mixed(s, self.versions(s), self.model_at)
+            batch = self.batches.mixed(s, self.versions(s), self.model_at)
+            r = batch.rollout
+            if self.per_token and r.token_version is None:     # no switch in this batch: one version per row
+                r.token_version = r.version[:, None].expand_as(r.response_ids).clone()
+            self.pending[s] = batch
             self.next_to_generate += 1
 
     def model_at(self, version: int) -> torch.nn.Module:
@@ -287,3 +309,28 @@ class Async:
     def build(cfg: RunConfig, batches: Batches, model: torch.nn.Module, start_batch: int, start_version: int) -> Source:
         return AsyncProducer(model, cfg.async_.max_staleness, cfg.train.updates_per_batch, cfg.train.steps, batches,
                              start_batch=start_batch, start_version=start_version)
+
+
+@SOURCES.register("inflight")
+class Inflight:
+    """The `inflight` section: weights updated while responses are generated, a version per token."""
+
+    @staticmethod
+    def claims(cfg: RunConfig) -> bool:
+        return cfg.inflight is not None
+
+    @staticmethod
+    def on_policy(cfg: RunConfig) -> bool:
+        return False
+
+    @staticmethod
+    def build(cfg: RunConfig, batches: Batches, model: torch.nn.Module, start_batch: int, start_version: int) -> Source:
+        tc, inflight = cfg.train, cfg.inflight
+        B = tc.prompts_per_step * cfg.group_size
+
+        def versions(s: int) -> list[Schedule]:
+            return inflight.schedules(cfg.seed, s, B, updates_per_batch=tc.updates_per_batch, delay=cfg.delay,
+                                      max_new_tokens=tc.max_new_tokens)
+
+        return MixedDelayBuffer(model, versions, inflight.max_lag(cfg.delay, tc.max_new_tokens), tc.updates_per_batch,
+                                tc.steps, batches, per_token=True)

@@ -26,13 +26,15 @@ from harness.rollout.base import Rollout
 from harness.rollout.mismatch import MismatchEngine
 from harness.config.run import EVAL_SPLITS, RunConfig
 from harness.config.dicts import to_dict
+from harness.config.trace import trace_line
 from harness.store.tracking import RunLog
 from harness.store.trialdir import (CHECKPOINT, IS_HIST, TRACE, Outcome, TrialDirError, config_sha256, policy_dir,
                                     truncate_side_rows)
 from harness.trial.backends import make_backend
 from harness.trial.batches import Batch, Batches, train_problems
-from harness.trial.metrics import add_histograms, combine_metrics, importance_diagnostics, policy_metrics, rollout_metrics
-from harness.trial.staleness import Source
+from harness.trial.metrics import (add_histograms, combine_metrics, importance_diagnostics, policy_metrics,
+                                   rollout_metrics, token_age_histogram)
+from harness.trial.staleness import Source, schedules_of
 from harness.trial.world import world_for
 
 
@@ -256,13 +258,14 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
                 if j == 0:
                     batch = trainer.source.take(s)
                     if trainer.source.records_versions and trainer.world.is_main:
-                        log.side(TRACE, s + 1, {"versions": batch.rollout.version.tolist()})
+                        log.side(TRACE, s + 1, trace_line(schedules_of(batch.rollout)))
                     if k > 1:             # π_prox: the policy that starts consuming the batch, for all its updates
                         batch.logp_proximal = trainer.logp_now(batch.rollout)
                     minibatches = batch.minibatches(m)
                 part = minibatches[j % m]
                 row = rollout_metrics(batch, trainer.version, part)
                 row.update(trainer.update(part))
+                trainer.histogram = add_histograms(trainer.histogram, token_age_histogram(part.rollout, trainer.version))
                 trainer.version += 1
                 rows.append(row)
         except Diverged as exc:
