@@ -21,10 +21,10 @@ from algorithms import LossInputs, compute_loss
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 F64 = torch.float64
-POLICY_KEYS = {  # estimator -> which batch tensors are logp, logp_proximal and logp_behavior (= π_rollout)
-    "rollout_rs": ("theta", "prox", "rollout"),
-    "rollout_rs_bypass": ("theta_bypass", None, "rollout"),
-}
+# which batch tensors are logp, logp_proximal and logp_behavior (= π_rollout): every golden batch holds π_θ
+# ("theta"), π_prox ("prox") and π_rollout ("rollout"); verl's bypass mode has no π_prox and its own π_θ
+DECOUPLED = ("theta", "prox", "rollout")
+POLICY_KEYS = {"rollout_rs_bypass": ("theta_bypass", None, "rollout")}
 
 
 def load(name: str) -> dict:
@@ -37,7 +37,7 @@ def cases() -> list[tuple[str, dict]]:
 
 def inputs(batch: dict, estimator: str) -> LossInputs:
     t = {k: torch.tensor(v, dtype=F64) for k, v in batch.items()}
-    theta, prox, behavior = POLICY_KEYS[estimator]
+    theta, prox, behavior = POLICY_KEYS.get(estimator, DECOUPLED)
     mask = t["mask"].bool()
     return LossInputs(t[theta].clone().requires_grad_(True), t[behavior], t["adv"], mask,
                       torch.zeros(mask.shape[0], dtype=torch.long), None if prox is None else t[prox])

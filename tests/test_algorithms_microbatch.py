@@ -35,9 +35,11 @@ def make_batch() -> LossInputs:
 
 
 # Estimators whose defaults reject every token of a batch this stale (verl's Geo-RS at 0.999_1.001 keeps mean
-# log-ratios within ±0.001): here with a K3 threshold that rejects 60% of the tokens, normalized by the tokens kept.
-STALE_PARAMS = {name: {"rs": "seq_mean_k3", "rs_threshold": 0.03, "normalize": "kept"}
-                for name in ("rollout_rs", "rollout_rs_bypass")}
+# log-ratios within ±0.001, SkyRL's geometric mask within ±1%): here with bounds that reject some responses (for
+# verl's, a K3 threshold that rejects 60% of the tokens, normalized by the tokens kept: a batch statistic).
+BATCH_STAT_PARAMS = {name: {"rs": "seq_mean_k3", "rs_threshold": 0.03, "normalize": "kept"}
+                     for name in ("rollout_rs", "rollout_rs_bypass")}
+STALE_PARAMS = {**BATCH_STAT_PARAMS, "geo_mask": {"geo_mask_low": 0.8, "geo_mask_high": 1.25}}
 
 
 def agg_kwargs(aggregation: str) -> dict:
@@ -87,7 +89,7 @@ def test_micro_batches_sum_to_the_whole_batch(name, aggregation, split):
 # m2po without its minimum widths: at this batch's spread (λ ~ 0.3) the widened bounds never bind.
 @pytest.mark.parametrize("name, params", [("gmc_grpo", {}), ("m2po_mask", {}), ("bapo", {}),
                                           ("m2po", {"min_eps_low": None, "min_eps_high": None}),
-                                          *STALE_PARAMS.items()])
+                                          *BATCH_STAT_PARAMS.items()])
 def test_without_the_shared_context_micro_batches_differ(name, params):
     # The control: the estimators with batch-wide statistics give a different answer when each
     # micro-batch computes its own, so the test above would notice a context that is not used.
