@@ -35,9 +35,13 @@ IS_LEVELS = ("token", "sequence")
 NORMALIZATIONS = ("kept", "all")      # divide by the tokens left after rejection (verl's) or by all tokens
 
 
-def parse_rs(name: str, rs: str, threshold: str | float) -> list[tuple[str, float | None, float]]:
+def parse_rs(name: str, rs: str | None, threshold: str | float | None) -> list[tuple[str, float | None, float]]:
     """verl's `rollout_rs` and `rollout_rs_threshold` -> [(option, lower bound or None, upper bound)], the k1
-    bounds as logs. Raises ValueError naming the problem."""
+    bounds as logs; [] for rs None (no rejection). Raises ValueError naming the problem."""
+    if rs is None:
+        return []
+    if threshold is None:
+        raise ValueError(f"{name}: rs {rs!r} needs an rs_threshold (verl's rollout_rs_threshold)")
     options = list(dict.fromkeys(o.strip() for o in str(rs).split(",") if o.strip()))
     bad = [o for o in options if o not in RS_OPTIONS]
     if not options or bad:

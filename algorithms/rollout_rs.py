@@ -12,10 +12,11 @@ docs/algo/rollout_corr.md. Policies read: π_θ, π_prox (verl's old_log_prob) a
               and for A < 0 min(PPO, −c A)  (verl's dual clip, always on)
     times N_all / N_kept over the step batch (normalize "kept"): verl drops rejected tokens from the mask
 
-Symbols → code: rs = `rs` (verl's rollout_rs, comma-separated options allowed), its threshold = `rs_threshold`
+Symbols → code: rs = `rs` (verl's rollout_rs, comma-separated options allowed; None: no rejection), its threshold = `rs_threshold`
 (verl's rollout_rs_threshold), IS level and cap C = `is_level`, `is_threshold`, c = `clip_ratio_c` (verl's
 actor default 3.0), ε = `eps`, ε_high = `eps_high` (default ε). Defaults: the preset decoupled_geo_rs
-(seq_mean_k1, 0.999_1.001, no IS).
+(seq_mean_k1, 0.999_1.001, no IS); rs None with is_level "token" / "sequence" is decoupled_token_is / decoupled_seq_is
+(`tis` / `tis_seq` with verl's dual clip).
 Golden test: tests/test_algorithms_golden.py runs the presets and every rs option against numbers computed
 with verl's own functions (tests/data/golden/verl_rollout_corr.json).
 Deviations: [ours] when every token of the step is rejected verl's loss is 0/0 (NaN); ours is 0 with zero
@@ -39,7 +40,7 @@ def _log_ratio(inp: LossInputs):
     return (proximal_log_prob(inp) - rollout_log_prob(inp)) * inp.mask
 
 
-def prepare(inp: LossInputs, *, eps: float, rs: str = "seq_mean_k1", rs_threshold: str | float = "0.999_1.001",
+def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_threshold: str | float | None = "0.999_1.001",
             normalize: str = "kept") -> BatchContext:
     keep = keep_mask(_log_ratio(inp), inp.mask, parse_rs(NAME, rs, rs_threshold))
     return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize)},

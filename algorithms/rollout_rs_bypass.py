@@ -15,7 +15,7 @@ verl normalizes bypass mode two ways: its loss function alone divides by the tok
 (agg_loss without global batch info: `normalize="kept"`), while its engine workers pass the step's token count
 of the unrejected mask (verl/workers/utils/losses.py `ppo_loss`: `normalize="all"`, the default here, which
 the suite's token-mean already is).
-Symbols → code: `loss` ("ppo_clip" | "pg", verl's loss_type ppo_clip | reinforce), `rs`, `rs_threshold`,
+Symbols → code: `loss` ("ppo_clip" | "pg", verl's loss_type ppo_clip | reinforce), `rs` (None: no rejection), `rs_threshold`,
 `is_level`, `is_threshold`, c = `clip_ratio_c` (3.0), ε = `eps`, ε_high = `eps_high`. Defaults: the preset
 bypass_ppo_clip_geo_rs (seq_mean_k1, 0.999_1.001).
 Golden test: tests/test_algorithms_golden.py (tests/data/golden/verl_rollout_corr.json).
@@ -39,7 +39,7 @@ def _log_ratio(inp: LossInputs):
     return (inp.logp.detach() - rollout_log_prob(inp)) * inp.mask
 
 
-def prepare(inp: LossInputs, *, eps: float, rs: str = "seq_mean_k1", rs_threshold: str | float = "0.999_1.001",
+def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_threshold: str | float | None = "0.999_1.001",
             normalize: str = "all") -> BatchContext:
     keep = keep_mask(_log_ratio(inp), inp.mask, parse_rs(NAME, rs, rs_threshold))
     return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize)},

@@ -22,9 +22,10 @@ from algorithms import LossInputs, compute_loss
 GOLDEN = Path(__file__).parent / "data" / "golden"
 F64 = torch.float64
 # which batch tensors are logp, logp_proximal and logp_behavior (= π_rollout): every golden batch holds π_θ
-# ("theta"), π_prox ("prox") and π_rollout ("rollout"); verl's bypass mode has no π_prox and its own π_θ
-DECOUPLED = ("theta", "prox", "rollout")
-POLICY_KEYS = {"rollout_rs_bypass": ("theta_bypass", None, "rollout")}
+# ("theta"), π_prox ("prox") and π_rollout ("rollout"); the estimators that read no π_prox (verl's bypass mode,
+# prime-rl's losses) take their own π_θ ("theta_bypass", close enough to π_rollout for Geo-RS to keep some rows)
+DECOUPLED, TWO_POLICIES = ("theta", "prox", "rollout"), ("theta_bypass", None, "rollout")
+POLICY_KEYS = {"rollout_rs_bypass": TWO_POLICIES, "dppo": TWO_POLICIES, "ipo": TWO_POLICIES}
 
 
 def load(name: str) -> dict:
