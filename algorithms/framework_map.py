@@ -9,7 +9,8 @@ Each row names what backs it:
                 table, not committed as test data);
   read:         the framework's code was read, not run; the row says which run backs the same formula.
 A row whose estimator is None is an option stalebench does not compute (yet); its note says why.
-Parameter values written <lo>, <hi>, <option>, <t> stand for the framework's values. Commits: verl b178a3cd56f5, OpenRLHF 3c3be6234e0c, NeMo-RL 7ea279abfbeb, SkyRL a9564572eb8e, TRL f2cd57710ae3,
+Parameter values written <lo>, <hi>, <option>, <t> stand for the framework's values. Commits: verl b178a3cd56f5 (volcengine/verl; dppo_tv, dppo_kl and dro:
+verl-project/verl 1dda039b9c63), OpenRLHF 3c3be6234e0c, NeMo-RL 7ea279abfbeb, SkyRL a9564572eb8e, TRL f2cd57710ae3,
 AReaL 4aef98d8d818, prime-rl 559b44772e47 (the full hashes are in each estimator's docstring and the golden files).
 
     python -m algorithms.framework_map > docs/framework-map.md      # the docs page (a test keeps it current)
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 FRAMEWORKS = ("verl", "areal", "trl", "openrlhf", "nemo-rl", "skyrl", "prime-rl")
 V, O, S = "golden: verl_rollout_corr.json#", "golden: openrlhf_policy_loss.json#", "golden: skyrl_off_policy.json#"
 ONE_PER_OPTION = " (and one case per option)"
+P = "golden: verl_policy_losses.json#"
 GEO, K3 = {}, {"rs": "seq_mean_k3", "rs_threshold": 0.01}
 CROSS = "cross-check: docs/estimators.md (peer cross-checks)"
 COIN = "coincidence: tests/test_algorithms_framework_map.py::"
@@ -76,8 +78,15 @@ def _verl() -> list[Row]:
         Row("verl", "actor.policy_loss.loss_mode gspo", "gspo", {}, CROSS, "seq-mean-token-mean aggregation"),
         Row("verl", "actor.policy_loss.loss_mode sapo", "sapo", {}, CROSS, "seq-mean-token-mean aggregation"),
         Row("verl", "actor.policy_loss.loss_mode geo_mean", "geo_mean", {}, CROSS, "seq-mean-token-mean aggregation"),
-        Row("verl", "actor.policy_loss.loss_mode dppo_tv / dppo_kl / dro", None, {}, "",
-            "not yet: newer than the verl commit read here (b178a3cd); prime-rl's DPPO is `dppo`"),
+        Row("verl", "actor.policy_loss.loss_mode dppo_tv (clip_ratio δ, actor clip_ratio_c 3.0)", "dppo_binary", {},
+            P + "loss_mode dppo_tv (clip_ratio 0.2, clip_ratio_c 3.0)", "suite eps = clip_ratio (a TV threshold); verl-project 1dda039b"),
+        Row("verl", "actor.policy_loss.loss_mode dppo_kl (clip_ratio δ, actor clip_ratio_c 3.0)", "dppo_binary",
+            {"divergence": "kl"}, P + "loss_mode dppo_kl (clip_ratio 0.05, clip_ratio_c 3.0)",
+            "suite eps = clip_ratio (a binary-KL threshold, 0.05 in verl's example)"),
+        Row("verl", "actor.policy_loss.loss_mode dro (policy_loss.dro_beta β)", "dro", {"beta": "<β>"},
+            P + "loss_mode dro (dro_beta 0.1)"),
+        Row("verl", "rollout_is_threshold lower_upper (IcePop on the IS weight, newer verl)", None, {}, "",
+            "not yet in rollout_rs; OpenRLHF's icepop is `icepop`"),
     ]
     return rows
 
