@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 FRAMEWORKS = ("verl", "areal", "trl", "openrlhf", "nemo-rl", "skyrl", "prime-rl")
 V, O, S = "golden: verl_rollout_corr.json#", "golden: openrlhf_policy_loss.json#", "golden: skyrl_off_policy.json#"
 ONE_PER_OPTION = " (and one case per option)"
-P = "golden: verl_policy_losses.json#"
+ONE_PER_SETTING = " (and one case per setting)"
+P, AR = "golden: verl_policy_losses.json#", "golden: areal_rejection.json#"
 GEO, K3 = {}, {"rs": "seq_mean_k3", "rs_threshold": 0.01}
 CROSS = "cross-check: docs/estimators.md (peer cross-checks)"
 COIN = "coincidence: tests/test_algorithms_framework_map.py::"
@@ -132,10 +133,16 @@ def _others() -> list[Row]:
         Row("trl", "vllm_importance_sampling_mode sequence_truncate", "tis_seq", {"cap": 3.0}, CROSS),
         Row("trl", "vllm_importance_sampling_mode sequence_mask (TRL's default)", "mis_seq", {"cap": 3.0}, CROSS),
         Row("trl", "off_policy_mask_threshold (OPSM)", "opsm", {}, CROSS),
-        Row("areal", "actor.rejection_sampling {level: token, action: mask, metric: ratio, upper: 5.0}", "decoupled", {}, CROSS),
+        Row("areal", "actor.rejection_sampling {level: token, action: mask, metric: ratio, upper: 5.0}", "decoupled", {},
+            AR + "rejection_sampling {level: token, action: mask, metric: ratio, upper: 5.0} as decoupled"),
+        Row("areal", "actor.rejection_sampling {} (the config's defaults: token, mask, ratio, mean, upper 5.0)", "decoupled_rs",
+            {}, AR + "rejection_sampling {}", "= decoupled (cap 5)"),
+        Row("areal", "actor.rejection_sampling {level, action, metric, agg, upper, lower}; eps_clip_higher; c_clip",
+            "decoupled_rs", {"level": "<level>", "action": "<action>", "metric": "<metric>", "agg": "<agg>",
+                             "upper": "<upper>", "lower": "<lower>", "eps_high": "<eps_clip_higher>", "dual_clip": "<c_clip>"},
+            AR + "rejection_sampling {level: sequence, agg: max, metric: kl_k3, upper: 0.01}" + ONE_PER_SETTING,
+            "AReaL's kl_k1 is log r and kl_k3 is 1/r − 1 + log r (verl's: −log r and r − 1 − log r)"),
         Row("areal", "actor.rejection_sampling null", "naive", {}, CROSS),
-        Row("areal", "actor.rejection_sampling other level/action/metric/agg (sequence, clamp, kl_k1..k3, sum/mean/max)",
-            None, {}, "", "not yet; AReaL's k3 is 1/r − 1 + log r, verl's is r − 1 − log r"),
         Row("areal", "actor.prox_logp_method loglinear | linear (A-3PO)", None, {}, "",
             "a trainer option (how π_prox is obtained), not an estimator"),
         Row("prime-rl", "loss.type default (default_loss_fn: DPPO-Binary TV + KL)", "dppo", {},

@@ -28,11 +28,13 @@ def test_the_documented_coincidences_of_the_built_in_estimators():
                   "gspo 0.2": ("gspo", 0.2, {"eps_low": 0.2, "eps_high": 0.2})})
     groups = coinciding(specs, Regime(updates_per_batch=1))
     # verl's dppo_binary and dro are trust regions around π_prox = π_θ: with one update per batch, REINFORCE (naive)
-    assert groups == [["decoupled", "mis cap 5"], ["dppo_binary", "dro", "naive"], ["gspo 0.2", "luspo"],
+    # decoupled_rs at its defaults is AReaL's token/mask/ratio/upper 5: decoupled's cap 5
+    assert groups == [["decoupled", "decoupled_rs", "mis cap 5"], ["dppo_binary", "dro", "naive"], ["gspo 0.2", "luspo"],
                       ["icepop", "mis [0.5, 5]"], ["tic_is", "tis_seq cap 1.2"]]
     # Engine mismatch: decoupled and mis read π_rollout alike, is_none reads π_b; luspo and gspo read π_b alike
     # (vespo reads π_rollout too, and coincides with nothing); nothing else coincides.
-    assert coinciding(specs, Regime(engine_mismatch=True)) == [["decoupled", "mis cap 5"], ["dppo_binary", "dro", "naive"],
+    assert coinciding(specs, Regime(engine_mismatch=True)) == [["decoupled", "decoupled_rs", "mis cap 5"],
+                                                              ["dppo_binary", "dro", "naive"],
                                                               ["gspo 0.2", "luspo"], ["icepop", "mis [0.5, 5]"]]
 
 

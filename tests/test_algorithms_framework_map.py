@@ -37,7 +37,7 @@ def test_each_row_names_an_estimator_its_parameters_and_what_backs_it(row):
     assert row.backed_by.startswith(("golden: ", "read; golden: ", "coincidence: ", "cross-check: ")), row
     for cite in [part for part in row.backed_by.split("; ") + [row.note] if "golden: " in part]:
         file, case_name = cite.split("golden: ", 1)[1].split("#", 1)
-        case_name = case_name.removesuffix(" (and one case per option)")
+        case_name = case_name.removesuffix(" (and one case per option)").removesuffix(" (and one case per setting)")
         cases = {c["case"]: c for c in json.loads((GOLDEN / file).read_text())["cases"]}
         case = cases[case_name]
         assert case["estimator"] == row.estimator, (row, case["estimator"])
