@@ -138,3 +138,22 @@ def test_seq_mask_tis_and_skyrl_and_the_field():
     # Two updates: the ±1% geometric window rejects every probe response (π_prox is then further from π_rollout)
     assert without_gradient(specs, Regime(updates_per_batch=2)) == [
         "geo_mask token TIS uncapped", "rollout_rs seq_mean_k1 token IS uncapped, all tokens", "seq_mask_tis [0.99, 1.01]"]
+
+
+def test_check_names_a_configuration_without_gradient(tmp_path):
+    """A suite running verl's Geo-RS at its shipped bounds: `stalebench check`'s coincidence record names it."""
+    import yaml
+
+    from harness.config.expand import expand, load_suite_file
+    from harness.suite import coincidences
+
+    data = {"suite": "geo", "version": 1,
+            "base": {"task": {"name": "addrev", "eval_size": 32}, "train": {"steps": 10, "prompts_per_step": 4}},
+            "grid": {"algorithm": ["rollout_rs", "grpo", "naive"], "delay": [16]}, "seeds": [0]}
+    path = tmp_path / "geo.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    record = coincidences.compute(expand(load_suite_file(path)))
+    assert [r["without_gradient"] for r in record["regimes"]] == [["rollout_rs"]]
+    assert [r["groups"] for r in record["regimes"]] == [[]]
+    assert coincidences.describe(record) == [
+        "no gradient on the stale probes (1 update(s) per batch, token-mean; every token rejected): rollout_rs"]
