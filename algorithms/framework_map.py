@@ -24,6 +24,7 @@ V, O, S = "golden: verl_rollout_corr.json#", "golden: openrlhf_policy_loss.json#
 ONE_PER_OPTION = " (and one case per option)"
 ONE_PER_SETTING = " (and one case per setting)"
 P, AR = "golden: verl_policy_losses.json#", "golden: areal_rejection.json#"
+IP = "golden: verl_icepop.json#"
 GEO, K3 = {}, {"rs": "seq_mean_k3", "rs_threshold": 0.01}
 CROSS = "cross-check: docs/estimators.md (peer cross-checks)"
 COIN = "coincidence: tests/test_algorithms_framework_map.py::"
@@ -86,8 +87,13 @@ def _verl() -> list[Row]:
             "suite eps = clip_ratio (a binary-KL threshold, 0.05 in verl's example)"),
         Row("verl", "actor.policy_loss.loss_mode dro (policy_loss.dro_beta β)", "dro", {"beta": "<β>"},
             P + "loss_mode dro (dro_beta 0.1)"),
-        Row("verl", "rollout_is_threshold lower_upper (IcePop on the IS weight, newer verl)", None, {}, "",
-            "not yet in rollout_rs; OpenRLHF's icepop is `icepop`"),
+        Row("verl", f"{ac} preset decoupled_token_icepop (verl-project 1dda039b)", "rollout_rs",
+            {"rs": None, "is_level": "token", "is_threshold": "0.5_5.0"}, IP + "decoupled_token_icepop",
+            "= icepop where verl's dual clip is inactive (" + COIN + "test_verl_presets_and_the_field)"),
+        Row("verl", f"{ac} preset bypass_pg_token_icepop (verl-project 1dda039b)", "rollout_rs_bypass",
+            {"rs": None, "loss": "pg", "is_level": "token", "is_threshold": "0.5_5.0"}, IP + "bypass_pg_token_icepop [all]"),
+        Row("verl", f"{ac} rollout_is=<level> rollout_is_threshold=<lo>_<hi> (IcePop, verl-project 1dda039b)", "rollout_rs",
+            {"is_level": "<level>", "is_threshold": "<lo>_<hi>"}, IP + "rollout_is=sequence rollout_is_threshold=0.9_1.1"),
     ]
     return rows
 

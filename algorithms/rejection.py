@@ -13,7 +13,9 @@ b178a3cd56f58b2d502255daba591e92833930a7. With λ the per-token log-ratio of the
 A k1 option keeps log(lower) ≤ stat ≤ log(upper) (threshold "lower_upper", or one number u meaning
 [1/u, u]); the others keep stat ≤ upper (one number). Options separated by commas must all pass. A sequence
 option keeps or rejects all of a response's tokens. The IS weight of verl's `rollout_is` is
-min(e^λ, C) per token ("token") or min(exp(clamp(Σ_t m λ, ±20)), C) per response ("sequence"), detached.
+min(e^λ, C) per token ("token") or min(exp(clamp(Σ_t m λ, ±20)), C) per response ("sequence"), detached; with a
+threshold "lo_hi" (newer verl, verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9, presets
+decoupled_token_icepop and bypass_pg_token_icepop) the raw weight is zeroed outside [lo, hi] instead (IcePop).
 
 verl drops the rejected tokens from the loss mask, so its token-mean divides by the tokens left; stalebench
 aggregates over the trainer's mask, so `kept_scale` returns N_all / N_kept over the whole step batch, the
@@ -90,21 +92,38 @@ def keep_mask(log_ratio: Tensor, mask: Tensor, options: list[tuple[str, float | 
     return keep
 
 
-def is_weight(log_ratio: Tensor, mask: Tensor, level: str | None, cap: float) -> Tensor:
-    """verl's rollout IS weight, detached: (B, T) for "token", (B, 1) for "sequence", a 0-d one for None."""
+def is_weight(log_ratio: Tensor, mask: Tensor, level: str | None, cap: float | str) -> Tensor:
+    """verl's rollout IS weight, detached: (B, T) for "token", (B, 1) for "sequence", a 0-d one for None.
+    `cap` a number C: truncated at C (TIS); a string "lo_hi": zeroed outside [lo, hi] (IcePop, newer verl)."""
     if level is None:
         return torch.ones((), dtype=log_ratio.dtype, device=log_ratio.device)
     lam = log_ratio.detach() * mask
-    if level == "token":
-        return torch.exp(lam.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO)).clamp(max=cap)
-    return torch.exp(lam.sum(dim=1, keepdim=True).clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO)).clamp(max=cap)
+    log_w = lam if level == "token" else lam.sum(dim=1, keepdim=True)
+    raw = torch.exp(log_w.clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO))
+    low, high = parse_is_threshold(cap)
+    if low is None:
+        return raw.clamp(max=high)
+    return torch.where((raw >= low) & (raw <= high), raw, torch.zeros_like(raw))
 
 
-def check_is(name: str, level: str | None, cap: float) -> None:
+def parse_is_threshold(cap: float | str) -> tuple[float | None, float]:
+    """verl's rollout_is_threshold: a number C -> (None, C); "lo_hi" -> (lo, hi). ValueError when malformed."""
+    try:
+        low, high = (float(x) for x in cap.split("_", 1)) if isinstance(cap, str) and "_" in cap else (None, float(cap))
+    except (TypeError, ValueError):
+        raise ValueError(f"is_threshold {cap!r} must be a number C (truncation) or 'lo_hi' (IcePop bounds)") from None
+    if not (high > 0 and (low is None or 0 < low <= high)):
+        raise ValueError(f"is_threshold {cap!r}: bounds must be positive with lo <= hi")
+    return low, high
+
+
+def check_is(name: str, level: str | None, cap: float | str) -> None:
     if level is not None and level not in IS_LEVELS:
         raise ValueError(f"{name}: is_level must be one of {', '.join(IS_LEVELS)} or None; got {level!r}")
-    if not cap > 0:
-        raise ValueError(f"{name}: is_threshold must be > 0 (verl's rollout_is_threshold); got {cap}")
+    try:
+        parse_is_threshold(cap)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc} (verl's rollout_is_threshold)") from None
 
 
 def kept_scale(name: str, keep: Tensor, mask: Tensor, normalize: str) -> Tensor:

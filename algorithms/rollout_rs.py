@@ -13,7 +13,8 @@ docs/algo/rollout_corr.md. Policies read: π_θ, π_prox (verl's old_log_prob) a
     times N_all / N_kept over the step batch (normalize "kept"): verl drops rejected tokens from the mask
 
 Symbols → code: rs = `rs` (verl's rollout_rs, comma-separated options allowed; None: no rejection), its threshold = `rs_threshold`
-(verl's rollout_rs_threshold), IS level and cap C = `is_level`, `is_threshold`, c = `clip_ratio_c` (verl's
+(verl's rollout_rs_threshold), IS level and cap C = `is_level`, `is_threshold` (a string "lo_hi": IcePop, as newer
+verl's preset decoupled_token_icepop), c = `clip_ratio_c` (verl's
 actor default 3.0), ε = `eps`, ε_high = `eps_high` (default ε). Defaults: the preset decoupled_geo_rs
 (seq_mean_k1, 0.999_1.001, no IS); rs None with is_level "token" / "sequence" is decoupled_token_is / decoupled_seq_is
 (`tis` / `tis_seq` with verl's dual clip).
@@ -49,8 +50,8 @@ def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_t
 
 @register(NAME, prepare=prepare, trust_region="sequence-mask", correction="none", reads=("theta", "prox", "rollout"),
           source="verl verl/trainer/ppo/rollout_corr_helper.py@b178a3cd56f58b2d502255daba591e92833930a7 (decoupled rollout_rs)")
-def rollout_rs(inp: LossInputs, ctx: BatchContext, *, eps: float, is_level: str | None = None, is_threshold: float = 2.0,
-               clip_ratio_c: float = 3.0, eps_high: float | None = None):
+def rollout_rs(inp: LossInputs, ctx: BatchContext, *, eps: float, is_level: str | None = None,
+               is_threshold: float | str = 2.0, clip_ratio_c: float = 3.0, eps_high: float | None = None):
     check_is(NAME, is_level, is_threshold)
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
     ratio = proximal_ratio(inp)                                                          # (B, T)

@@ -16,7 +16,7 @@ verl normalizes bypass mode two ways: its loss function alone divides by the tok
 of the unrejected mask (verl/workers/utils/losses.py `ppo_loss`: `normalize="all"`, the default here, which
 the suite's token-mean already is).
 Symbols → code: `loss` ("ppo_clip" | "pg", verl's loss_type ppo_clip | reinforce), `rs` (None: no rejection), `rs_threshold`,
-`is_level`, `is_threshold`, c = `clip_ratio_c` (3.0), ε = `eps`, ε_high = `eps_high`. Defaults: the preset
+`is_level`, `is_threshold` ("lo_hi": IcePop, newer verl's bypass_pg_token_icepop), c = `clip_ratio_c` (3.0), ε = `eps`, ε_high = `eps_high`. Defaults: the preset
 bypass_ppo_clip_geo_rs (seq_mean_k1, 0.999_1.001).
 Golden test: tests/test_algorithms_golden.py (tests/data/golden/verl_rollout_corr.json).
 Deviations: [ours] with "kept" and every token rejected verl's bare loss is 0/0 (NaN); ours is 0. With the
@@ -49,7 +49,7 @@ def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_t
 @register(NAME, prepare=prepare, trust_region="sequence-mask", correction="none", reads=("theta", "rollout"),
           source="verl verl/trainer/ppo/core_algos.py@b178a3cd56f58b2d502255daba591e92833930a7 (bypass_mode)")
 def rollout_rs_bypass(inp: LossInputs, ctx: BatchContext, *, eps: float, loss: str = "ppo_clip",
-                      is_level: str | None = None, is_threshold: float = 2.0, clip_ratio_c: float = 3.0,
+                      is_level: str | None = None, is_threshold: float | str = 2.0, clip_ratio_c: float = 3.0,
                       eps_high: float | None = None):
     if loss not in LOSSES:
         raise ValueError(f"{NAME}: loss must be one of {', '.join(LOSSES)} (verl's loss_type ppo_clip | reinforce); got {loss!r}")

@@ -88,15 +88,16 @@ def test_verl_presets_and_the_field():
                                                                         "is_level": "token", "is_threshold": 5.0,
                                                                         "normalize": "all"}),
         "icepop": ("icepop", 0.2, {}),
+        "decoupled_token_icepop": ("rollout_rs", 0.2, {"rs": None, "is_level": "token", "is_threshold": "0.5_5.0"}),
         "seq_sum_k1 0.5_2.0 seq IS, all tokens": ("rollout_rs", 0.2, {"rs": "seq_sum_k1", "rs_threshold": "0.5_2.0",
                                                                       "is_level": "sequence", "normalize": "all"}),
         "mis_seq [0.5, 2]": ("mis_seq", 0.2, {"cap": 2.0, "cap_low": 0.5}),
     }
     one = [["bypass pg no rejection", "naive", "rollout_rs no rejection"], ["bypass_ppo_clip", "grpo dual_clip 3"],
            ["decoupled_seq_is", "tis_seq"], ["decoupled_token_is", "tis"],
-           ["icepop", "token_k1 0.2_2.0 token IS 5, all tokens"], ["mis [0.5, 2]", "token_k1 0.5_2.0 token IS, all tokens"],
+           ["decoupled_token_icepop", "icepop", "token_k1 0.2_2.0 token IS 5, all tokens"], ["mis [0.5, 2]", "token_k1 0.5_2.0 token IS, all tokens"],
            ["mis_seq [0.5, 2]", "seq_sum_k1 0.5_2.0 seq IS, all tokens"]]
-    assert coinciding(specs, Regime(updates_per_batch=1)) == one
+    assert coinciding(specs, Regime(updates_per_batch=1)) == sorted(one)
     # verl's token_k1 keeps 1/hi ≤ π_prox/π_rollout ≤ 1/lo: [0.5, 2] is symmetric, [0.2, 2] keeps [0.5, 5] (icepop's)
     # Several updates: bypass mode reads π_θ, not π_prox, so its REINFORCE form parts from naive; verl's dual clip
     # (ratio > 3 against π_prox) does not act on these probes, so the decoupled presets keep their partners.
@@ -157,3 +158,27 @@ def test_check_names_a_configuration_without_gradient(tmp_path):
     assert [r["groups"] for r in record["regimes"]] == [[]]
     assert coincidences.describe(record) == [
         "no gradient on the stale probes (1 update(s) per batch, token-mean; every token rejected): rollout_rs"]
+
+
+@pytest.mark.parametrize("name, params, message", [
+    ("rollout_rs", {"rs": "seq_mean_k4"}, "rollout_rs: rs 'seq_mean_k4' is not a comma-separated list of token_k1"),
+    ("rollout_rs", {"rs": "seq_mean_k3", "rs_threshold": "0.1_0.2"},
+     "rollout_rs: rs_threshold '0.1_0.2' for seq_mean_k3 must be a number"),
+    ("rollout_rs", {"rs": "token_k1,seq_mean_k3", "rs_threshold": "1,2,3"},
+     "rollout_rs: rs_threshold '1,2,3' needs one value or one per rs option (2)"),
+    ("rollout_rs", {"rs": "token_k1", "rs_threshold": None}, "rollout_rs: rs 'token_k1' needs an rs_threshold"),
+    ("rollout_rs", {"is_level": "token", "is_threshold": "2_1"}, "rollout_rs: is_threshold '2_1': bounds must be positive"),
+    ("rollout_rs", {"normalize": "some"}, "rollout_rs: normalize must be one of kept, all; got 'some'"),
+    ("rollout_rs_bypass", {"loss": "reinforce"}, "rollout_rs_bypass: loss must be one of ppo_clip, pg"),
+    ("geo_mask", {"sequence_mask_metric": "arith"}, "geo_mask: sequence_mask_metric must be geometric, product or None"),
+    ("decoupled_rs", {"metric": "k3"}, "decoupled_rs: metric must be one of ratio, kl_k1, kl_k2, kl_k3"),
+    ("dppo_binary", {"divergence": "js"}, "dppo_binary: divergence must be one of tv, kl"),
+    ("dro", {"beta": 0.0}, "dro: beta must be > 0"),
+    ("seq_mask_tis", {"cap_low": 6.0}, "seq_mask_tis: cap_low must be >= 0 and below cap"),
+])
+def test_bad_parameters_are_one_line_errors_naming_the_fix(name, params, message):
+    from algorithms.testing import contract_batch
+    from algorithms import compute_loss
+    with pytest.raises(ValueError) as err:
+        compute_loss(name, contract_batch(), eps=0.2, **params)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
