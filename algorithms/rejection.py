@@ -16,6 +16,8 @@ option keeps or rejects all of a response's tokens. The IS weight of verl's `rol
 min(e^λ, C) per token ("token") or min(exp(clamp(Σ_t m λ, ±20)), C) per response ("sequence"), detached; with a
 threshold "lo_hi" (newer verl, verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9, presets
 decoupled_token_icepop and bypass_pg_token_icepop) the raw weight is zeroed outside [lo, hi] instead (IcePop).
+`is_batch_scale` is verl's rollout_is_batch_normalize (the weight divided by its batch mean), computed over the
+whole step batch (verl: over what its loss function is handed, the step batch in decoupled mode).
 
 verl drops the rejected tokens from the loss mask, so its token-mean divides by the tokens left; stalebench
 aggregates over the trainer's mask, so `kept_scale` returns N_all / N_kept over the whole step batch, the
@@ -104,6 +106,23 @@ def is_weight(log_ratio: Tensor, mask: Tensor, level: str | None, cap: float | s
     if low is None:
         return raw.clamp(max=high)
     return torch.where((raw >= low) & (raw <= high), raw, torch.zeros_like(raw))
+
+
+def is_batch_scale(weight: Tensor, mask: Tensor, level: str | None, on: bool) -> Tensor:
+    """0-d: verl's rollout_is_batch_normalize, 1 / (the batch mean of the IS weight) — over valid tokens for "token",
+    over responses (each its tokens' mean) for "sequence", verl's masked means with their 1e-8 — or 1 when off,
+    without IS, or when the mean is not above 1e-8 (as verl)."""
+    one = torch.ones((), dtype=torch.float64, device=mask.device)
+    if not on or level is None:
+        return one
+    m = mask.to(weight.dtype)
+    w = weight.expand_as(m) * m
+    if level == "token":
+        mean = w.sum() / (m.sum() + 1e-8)
+    else:
+        present = (m.sum(dim=1) > 0).to(w.dtype)
+        mean = (w.sum(dim=1) / (m.sum(dim=1) + 1e-8) * present).sum() / present.sum().clamp_min(1e-8)
+    return torch.where(mean > 1e-8, 1.0 / mean.to(torch.float64), one)
 
 
 def parse_is_threshold(cap: float | str) -> tuple[float | None, float]:

@@ -23,7 +23,7 @@ with verl's own functions (tests/data/golden/verl_rollout_corr.json).
 Deviations: [ours] when every token of the step is rejected verl's loss is 0/0 (NaN); ours is 0 with zero
 gradient. `normalize` "kept" reproduces verl's token-mean exactly; with the suite's other aggregations the
 same factor N_all / N_kept multiplies them, where verl would recount per sequence. verl's
-rollout_is_batch_normalize is not offered (no preset turns it on).
+rollout_is_batch_normalize (`is_batch_normalize`) divides by the weight's mean over the step batch.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import torch
 from .common import (BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_clip_token_loss, proximal_log_prob,
                      proximal_ratio, rollout_log_prob)
 from .registry import register
-from .rejection import check_is, is_weight, keep_mask, kept_scale, parse_rs, rs_metrics
+from .rejection import check_is, is_batch_scale, is_weight, keep_mask, kept_scale, parse_rs, rs_metrics
 
 NAME = "rollout_rs"
 
@@ -42,9 +42,13 @@ def _log_ratio(inp: LossInputs):
 
 
 def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_threshold: str | float | None = "0.999_1.001",
-            normalize: str = "kept") -> BatchContext:
+            normalize: str = "kept", is_level: str | None = None, is_threshold: float | str = 2.0,
+            is_batch_normalize: bool = False) -> BatchContext:
     keep = keep_mask(_log_ratio(inp), inp.mask, parse_rs(NAME, rs, rs_threshold))
-    return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize)},
+    check_is(NAME, is_level, is_threshold)
+    weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold)
+    return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize),
+                                 "is_scale": is_batch_scale(weight, inp.mask, is_level, is_batch_normalize)},
                         metrics=rs_metrics(keep, inp.mask))
 
 
@@ -55,7 +59,7 @@ def rollout_rs(inp: LossInputs, ctx: BatchContext, *, eps: float, is_level: str 
     check_is(NAME, is_level, is_threshold)
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
     ratio = proximal_ratio(inp)                                                          # (B, T)
-    weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold)
+    weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold) * ctx.tensors["is_scale"].to(ratio.dtype)
     keep = ctx.tensors["keep"].to(ratio.dtype)
     ppo = ppo_clip_token_loss(ratio, inp.advantages, low, high, dual_clip=clip_ratio_c)
     loss = ppo * weight * keep * ctx.tensors["scale"].to(ratio.dtype)

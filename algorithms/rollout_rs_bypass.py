@@ -19,7 +19,8 @@ Symbols → code: `loss` ("ppo_clip" | "pg", verl's loss_type ppo_clip | reinfor
 `is_level`, `is_threshold` ("lo_hi": IcePop, newer verl's bypass_pg_token_icepop), c = `clip_ratio_c` (3.0), ε = `eps`, ε_high = `eps_high`. Defaults: the preset
 bypass_ppo_clip_geo_rs (seq_mean_k1, 0.999_1.001).
 Golden test: tests/test_algorithms_golden.py (tests/data/golden/verl_rollout_corr.json).
-Deviations: [ours] with "kept" and every token rejected verl's bare loss is 0/0 (NaN); ours is 0. With the
+Deviations: `is_batch_normalize` (verl's rollout_is_batch_normalize) divides by the weight's mean over the whole
+step batch; verl's bypass loss takes it over the micro-batch it is handed. [ours] with "kept" and every token rejected verl's bare loss is 0/0 (NaN); ours is 0. With the
 suite's other aggregations the factor multiplies them as it is (verl recounts per sequence).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from .common import (MAX_TOKEN_LOG_RATIO, BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_clip_token_loss,
                      rollout_log_prob)
 from .registry import register
-from .rejection import check_is, is_weight, keep_mask, kept_scale, parse_rs, rs_metrics
+from .rejection import check_is, is_batch_scale, is_weight, keep_mask, kept_scale, parse_rs, rs_metrics
 
 NAME = "rollout_rs_bypass"
 LOSSES = ("ppo_clip", "pg")
@@ -40,9 +41,13 @@ def _log_ratio(inp: LossInputs):
 
 
 def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_threshold: str | float | None = "0.999_1.001",
-            normalize: str = "all") -> BatchContext:
+            normalize: str = "all", is_level: str | None = None, is_threshold: float | str = 2.0,
+            is_batch_normalize: bool = False) -> BatchContext:
     keep = keep_mask(_log_ratio(inp), inp.mask, parse_rs(NAME, rs, rs_threshold))
-    return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize)},
+    check_is(NAME, is_level, is_threshold)
+    weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold)
+    return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize),
+                                 "is_scale": is_batch_scale(weight, inp.mask, is_level, is_batch_normalize)},
                         metrics=rs_metrics(keep, inp.mask))
 
 
@@ -58,7 +63,7 @@ def rollout_rs_bypass(inp: LossInputs, ctx: BatchContext, *, eps: float, loss: s
     lam = ((inp.logp - rollout_log_prob(inp)) * inp.mask).clamp(-MAX_TOKEN_LOG_RATIO, MAX_TOKEN_LOG_RATIO)
     ratio = torch.exp(lam)                                                               # (B, T)
     if loss == "pg":
-        weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold)
+        weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold) * ctx.tensors["is_scale"].to(lam.dtype)
         token_loss = -inp.advantages.unsqueeze(1) * inp.logp * weight * keep
         return token_loss, {"rs/is_weight_mean": masked_mean(weight.expand_as(ratio), inp.mask)}
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)

@@ -182,3 +182,16 @@ def test_bad_parameters_are_one_line_errors_naming_the_fix(name, params, message
     with pytest.raises(ValueError) as err:
         compute_loss(name, contract_batch(), eps=0.2, **params)
     assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["rollout_rs", "rollout_rs_bypass"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_batch_normalized_is_is_a_step_statistic(name, level):
+    """verl's rollout_is_batch_normalize divides by a mean over the batch: micro-batches must see the step's."""
+    from algorithms.testing import check_micro_batch_invariance, contract_batch
+    from algorithms import compute_loss
+    params = {"rs": None, "is_level": level, "is_batch_normalize": True, **({"loss": "pg"} if "bypass" in name else {})}
+    check_micro_batch_invariance(name, "token-mean", **params)
+    on = compute_loss(name, contract_batch(spread=0.6), eps=0.2, **params).metrics["rs/is_weight_mean"]
+    off = compute_loss(name, contract_batch(spread=0.6), eps=0.2, **{**params, "is_batch_normalize": False}).metrics
+    assert on != pytest.approx(off["rs/is_weight_mean"])             # the normalization acts on this batch
