@@ -7,7 +7,6 @@ Each row names what backs it:
                 with a golden row on the coincidence probes (algorithms/coincidence.py), in the regime the test names;
   cross-check:  docs/estimators.md "Peer cross-checks": the peer's code was run against ours once (numbers in that
                 table, not committed as test data);
-  read:         the framework's code was read, not run; the row says which run backs the same formula.
 A row whose estimator is None is an option stalebench does not compute (yet); its note says why.
 Parameter values written <lo>, <hi>, <option>, <t> stand for the framework's values. Commits: verl b178a3cd56f5 (volcengine/verl; dppo_tv, dppo_kl and dro:
 verl-project/verl 1dda039b9c63), OpenRLHF 3c3be6234e0c, NeMo-RL 7ea279abfbeb, SkyRL a9564572eb8e, TRL f2cd57710ae3,
@@ -105,7 +104,7 @@ def _others() -> list[Row]:
     thr = "--algo.advantage.is_correction_threshold"
     nemo = "loss_fn.truncated_importance_sampling"
     opc = "trainer.algorithm.off_policy_correction"
-    nemo_note = "NeMo-RL read, not run: the same formula as OpenRLHF's, whose run backs it"
+    nm = "golden: nemo_rl_clipped_pg.json#loss_fn.truncated_importance_sampling_type "
     return [
         Row("openrlhf", f"--algo.advantage.is_correction_type seq-mask-tis {thr} 0.5 5.0", "seq_mask_tis", {},
             O + f"--algo.advantage.is_correction_type seq-mask-tis {thr} 0.5 5.0"),
@@ -116,12 +115,11 @@ def _others() -> list[Row]:
         Row("openrlhf", f"--algo.advantage.is_correction_type tis {thr} <lo> <hi>", "tis", {"cap_low": "<lo>", "cap": "<hi>"},
             O + f"--algo.advantage.is_correction_type tis {thr} 0.5 5.0"),
         Row("nemo-rl", f"{nemo}_type seq-mask-tis, _ratio_min <lo>, _ratio <hi> (reference 0.999, 1.002)", "seq_mask_tis",
-            {"cap_low": "<lo>", "cap": "<hi>"}, "read; " + O + f"--algo.advantage.is_correction_type seq-mask-tis {thr} 0.999 1.002",
-            nemo_note),
+            {"cap_low": "<lo>", "cap": "<hi>"}, nm + "seq-mask-tis, _ratio_min 0.999, _ratio 1.002"),
         Row("nemo-rl", f"{nemo}_type icepop, _ratio_min <lo>, _ratio <hi>", "icepop", {"cap_low": "<lo>", "cap": "<hi>"},
-            "read; " + O + f"--algo.advantage.is_correction_type icepop {thr} 0.8 1.25", nemo_note),
+            nm + "icepop, _ratio_min 0.8, _ratio 1.25"),
         Row("nemo-rl", f"{nemo}_type tis, _ratio_min <lo> (default 0), _ratio <hi>", "tis", {"cap_low": "<lo>", "cap": "<hi>"},
-            "read; " + O + f"--algo.advantage.is_correction_type tis {thr} 0.9 1.1", nemo_note),
+            nm + "tis, _ratio_min 0.9, _ratio 1.1"),
         Row("skyrl", f"{opc}.sequence_mask_metric geometric (geo_mask_low 0.99, geo_mask_high 1.01)", "geo_mask", {},
             S + f"{opc}: sequence_mask_metric=geometric"),
         Row("skyrl", f"{opc}.sequence_mask_metric product (0.5, 2.0)", "geo_mask", {"sequence_mask_metric": "product"},
@@ -192,7 +190,7 @@ def markdown() -> str:
              "What backs a row: **golden**, the framework's own functions run on a fixed batch give the estimator's loss and",
              "gradient to 1e-6 (`tests/test_algorithms_golden.py`, data in `tests/data/golden/`); **coincidence**, equal",
              "gradients on the coincidence probes to an estimator with a golden row; **cross-check**, the peer cross-checks",
-             "of [estimators.md](estimators.md); **read**, the code was read and a run of the same formula backs it.", ""]
+             "of [estimators.md](estimators.md).", ""]
     for fw in FRAMEWORKS:
         lines += [f"## {fw}", "", "| option | estimator | parameters | backed by | note |", "|---|---|---|---|---|"]
         for r in rows(fw):

@@ -13,7 +13,8 @@ commit 3c3be6234e0cb353e76bb8019947db9dfe99fca7; NeMo-RL nemo_rl/algorithms/loss
 
 Symbols → code: α = `cap_low` (0.5), β = `cap` (5.0), ε = `eps`, ε_high = `eps_high`. A filtered response's
 tokens still count in the aggregation's denominators, as in OpenRLHF and NeMo-RL (they multiply the loss by 0).
-Golden test: tests/test_algorithms_golden.py against OpenRLHF's PolicyLoss (tests/data/golden/openrlhf_policy_loss.json).
+Golden tests: tests/test_algorithms_golden.py against OpenRLHF's PolicyLoss (tests/data/golden/openrlhf_policy_loss.json)
+and NeMo-RL's ClippedPGLossFn (tests/data/golden/nemo_rl_clipped_pg.json; NeMo-RL divides by its token count + 1e-8).
 Deviations: OpenRLHF clamps the policy log-ratio to ±20 but not the correction's; we clamp both (common.py).
 NeMo-RL also zeroes NaN/inf log-ratios (ours refuses them in `validate`). OpenRLHF's optional dual clip is off
 (its default).
