@@ -10,7 +10,9 @@ A regime is what the trainer hands the estimators: with one update per batch π_
 clip, cap and mask of the built-in estimators) and hold several groups; two estimators coincide when their gradients agree
 on every probe to 1e-9 (absolute) and 1e-7 (relative). Gradients that agree on these probes but differ
 elsewhere are possible in principle; the probes are chosen so that every built-in estimator's own mechanism
-acts on them.
+acts on them. An estimator whose gradient is zero on every probe (a rejection that drops every stale token, as
+verl's Geo-RS at its shipped 0.999_1.001 does) has nothing to compare: `coinciding` leaves it out of every
+group and `without_gradient` names it.
 """
 from __future__ import annotations
 
@@ -67,10 +69,8 @@ def coinciding(specs: Mapping[str, tuple[str, float, Mapping[str, object]]], reg
                aggregation: str = "token-mean", probes: int = 2) -> list[list[str]]:
     """Groups (of two or more labels, sorted) of `specs` — label -> (estimator, ε, params) — whose gradients
     coincide on every probe batch of `regime`."""
-    labels = sorted(specs)
-    batches = [probe_batch(regime, s) for s in range(probes)]
-    grads = {lb: [gradient(specs[lb][0], b, specs[lb][1], specs[lb][2], aggregation) for b in batches]
-             for lb in labels}
+    grads = _gradients(specs, regime, aggregation, probes)
+    labels = [lb for lb in sorted(specs) if any(bool(g.any()) for g in grads[lb])]
     groups: list[list[str]] = []
     for lb in labels:
         for group in groups:
@@ -80,3 +80,17 @@ def coinciding(specs: Mapping[str, tuple[str, float, Mapping[str, object]]], reg
         else:
             groups.append([lb])
     return [g for g in groups if len(g) > 1]
+
+
+def without_gradient(specs: Mapping[str, tuple[str, float, Mapping[str, object]]], regime: Regime = Regime(),
+                     aggregation: str = "token-mean", probes: int = 2) -> list[str]:
+    """The labels of `specs` whose gradient is zero on every probe batch of `regime` (sorted)."""
+    grads = _gradients(specs, regime, aggregation, probes)
+    return [lb for lb in sorted(specs) if not any(bool(g.any()) for g in grads[lb])]
+
+
+def _gradients(specs: Mapping[str, tuple[str, float, Mapping[str, object]]], regime: Regime, aggregation: str,
+               probes: int) -> dict[str, list[torch.Tensor]]:
+    batches = [probe_batch(regime, s) for s in range(probes)]
+    return {lb: [gradient(name, b, eps, params, aggregation) for b in batches]
+            for lb, (name, eps, params) in specs.items()}

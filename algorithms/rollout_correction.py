@@ -56,11 +56,12 @@ def outside(w: Tensor, cap: float | None, cap_low: float | None) -> Tensor:
 
 
 def corrected_ppo_loss(inp: LossInputs, weight: Tensor, eps: float, eps_high: float | None,
-                       area: str) -> tuple[Tensor, dict[str, Tensor]]:
-    """sg(weight) (B, T) or (B, 1) times the PPO clip of π_θ / π_prox; metrics named `area/…`."""
+                       area: str, dual_clip: float | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """sg(weight) (B, T) or (B, 1) times the PPO clip of π_θ / π_prox (dual clip c for A < 0 when given);
+    metrics named `area/…`."""
     low, high = 1.0 - eps, 1.0 + (eps if eps_high is None else eps_high)
     ratio = proximal_ratio(inp)                                                     # (B, T)
-    loss = weight.detach() * ppo_clip_token_loss(ratio, inp.advantages, low, high)
+    loss = weight.detach() * ppo_clip_token_loss(ratio, inp.advantages, low, high, dual_clip)
     clip_low, clip_high = clipped_tokens(ratio, inp.advantages, low, high)
     w = weight.detach().expand_as(ratio)
     return loss, {f"{area}/clip_frac": masked_mean((clip_low | clip_high).float(), inp.mask),

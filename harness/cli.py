@@ -146,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     _suite_args(ch)
     es = sub.add_parser("estimators", help="list every registered estimator with its family, source and parameters")
     es.add_argument("--json", action="store_true", help="one JSON object per estimator, one per line")
+    es.add_argument("--from", dest="framework", metavar="FRAMEWORK", help="map FRAMEWORK's options (verl, areal, trl, "
+                    "openrlhf, nemo-rl, skyrl, prime-rl) to estimators and parameters (docs/framework-map.md)")
     bb = sub.add_parser("build-base", help="build a new frozen base checkpoint version (minutes; differs across CPUs)")
     bb.add_argument("--name", required=True, help="the new version's name, e.g. tiny-addrev-v2")
     bb.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -254,17 +256,8 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_estimators(args) -> int:
-    import json
-
-    from algorithms import describe, loss_names
-    for name in loss_names():
-        d = describe(name)
-        if args.json:
-            print(json.dumps(d, default=str))
-            continue
-        params = ", ".join(f"{k}={v}" for k, v in d["params"].items()) or "-"
-        print(f"{name}\n  family: {d['trust_region']} / {d['correction']} / reads {d['reads']}"
-              f"{'' if d['uses_eps'] else ' (eps unused)'}\n  source: {d['source']}\n  params: {params}")
+    from algorithms.catalog import listing
+    print(listing(as_json=args.json, framework=args.framework))
     return 0
 
 

@@ -27,12 +27,16 @@ def test_the_documented_coincidences_of_the_built_in_estimators():
                   "tis_seq cap 1.2": ("tis_seq", 0.2, {"cap": 1.2}),
                   "gspo 0.2": ("gspo", 0.2, {"eps_low": 0.2, "eps_high": 0.2})})
     groups = coinciding(specs, Regime(updates_per_batch=1))
-    assert groups == [["decoupled", "mis cap 5"], ["gmc_grpo", "gmc_grpo_prox"], ["gspo 0.2", "luspo"], ["icepop", "mis [0.5, 5]"],
+    # verl's dppo_binary and dro are trust regions around π_prox = π_θ: with one update per batch, REINFORCE (naive)
+    # decoupled_rs at its defaults is AReaL's token/mask/ratio/upper 5: decoupled's cap 5
+    # gmc_grpo_prox's clip is inactive at one update per batch: gmc_grpo's gradient
+    assert groups == [["decoupled", "decoupled_rs", "mis cap 5"], ["dppo_binary", "dro", "naive"],
+                      ["gmc_grpo", "gmc_grpo_prox"], ["gspo 0.2", "luspo"], ["icepop", "mis [0.5, 5]"],
                       ["tic_is", "tis_seq cap 1.2"]]
     # Engine mismatch: decoupled and mis read π_rollout alike, is_none reads π_b; luspo and gspo read π_b alike
-    # (vespo reads π_rollout too, and coincides with nothing); nothing else coincides.
-    # gmc_grpo_prox reads π_b as gmc_grpo does, so the two still coincide under mismatch.
-    assert coinciding(specs, Regime(engine_mismatch=True)) == [["decoupled", "mis cap 5"], ["gmc_grpo", "gmc_grpo_prox"],
+    # (vespo reads π_rollout too, and coincides with nothing); gmc_grpo_prox reads π_b as gmc_grpo does.
+    assert coinciding(specs, Regime(engine_mismatch=True)) == [["decoupled", "decoupled_rs", "mis cap 5"],
+                                                              ["dppo_binary", "dro", "naive"], ["gmc_grpo", "gmc_grpo_prox"],
                                                               ["gspo 0.2", "luspo"], ["icepop", "mis [0.5, 5]"]]
 
 

@@ -7,7 +7,10 @@ coincides with. A label is the estimator's name, or "name key=value ..." when th
 configurations (ε, own parameters).
 
     {"regimes": [{"regime": {"updates_per_batch": 1, "engine_mismatch": false}, "aggregation": "token-mean",
-                  "groups": [["decoupled", "is_none"]]}]}
+                  "groups": [["decoupled", "is_none"]], "without_gradient": []}]}
+
+`without_gradient` lists the configurations whose gradient is zero on every stale probe (a rejection that drops
+every token): they are in no group.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def _label(name: str, eps: float, params: dict[str, Any], varying: dict[str, boo
 
 def compute(trials: list) -> dict[str, Any]:
     """The coincidence record of a suite's expanded trials (harness.config.expand.Trial) at delay > 0."""
-    from algorithms.coincidence import Regime, coinciding
+    from algorithms.coincidence import Regime, coinciding, without_gradient
 
     configs: dict[tuple, dict[tuple, tuple]] = {}      # (updates, aggregation) -> key -> (name, eps, params)
     for t in trials:
@@ -53,7 +56,8 @@ def compute(trials: list) -> dict[str, Any]:
                 labelled[_label(name, v[1], v[2], varying)] = v
         regime = Regime(updates_per_batch=updates)
         groups = coinciding(labelled, regime, aggregation) if len(labelled) > 1 else []
-        regimes.append({"regime": regime.describe(), "aggregation": aggregation, "groups": groups})
+        regimes.append({"regime": regime.describe(), "aggregation": aggregation, "groups": groups,
+                        "without_gradient": without_gradient(labelled, regime, aggregation)})
     return {"regimes": regimes}
 
 
@@ -68,6 +72,9 @@ def describe(record: dict[str, Any]) -> list[str]:
     for r in record.get("regimes", []):
         where = f"{r['regime']['updates_per_batch']} update(s) per batch, {r['aggregation']}"
         lines += [f"coincide ({where}): " + " = ".join(g) for g in r.get("groups", [])]
+        if r.get("without_gradient"):
+            lines.append(f"no gradient on the stale probes ({where}; every token rejected): "
+                         + ", ".join(r["without_gradient"]))
     return lines
 
 
