@@ -1,8 +1,8 @@
 """The one way to register a component: a `Registry` per kind of component, filled by a `register` decorator.
 
 Every kind of component a trial is composed of has one registry, declared at the bottom of this file with
-the Protocol its entries follow and the modules that register the built-in ones (its `homes`). Each
-implementation registers itself where it is defined, with the registry's decorator:
+the Protocol its entries follow. Each implementation registers itself where it is defined, with the
+registry's decorator:
 
     from harness.registry import ENGINES
 
@@ -10,11 +10,15 @@ implementation registers itself where it is defined, with the registry's decorat
     def hf_engine(model, tokenizer, path, settings, seed) -> RolloutEngine: ...
 
 A registry refuses a second entry under one name and answers an unknown name with one line that lists the
-valid ones (`check`: the config's validation asks it, as it asks `algorithms.loss_names()` for
-estimators, whose registry is algorithms/registry.py). A registry imports its homes on first use, so
-the configuration can check a name without importing the trainer, and a plugin (`stalebench --plugin
-my_pkg`) adds entries by importing this module and calling `register`: a new component is its own file
-(docs/contributing.md).
+valid ones (`check`: the configuration's validation asks it, as it asks `algorithms.loss_names()` for
+estimators, whose registry is algorithms/registry.py).
+
+No registry knows where its entries live. The package names its composition root with `compose`
+(harness/__init__.py names harness/builtins.py, the module that imports the built-in components), and the
+first use of any registry imports it: the configuration checks a name without importing the trainer until
+it asks, and every process that uses a registry (a Ray worker, a script) has imported the package, so is
+composed alike. A plugin (`stalebench --plugin my_pkg`) adds entries by importing this module and calling
+`register`: a new component is its own file (docs/contributing.md).
 
 This module imports nothing of stalebench but the error types.
 """
@@ -26,13 +30,29 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 from harness.errors import ConfigError
 
 T = TypeVar("T")
+_ROOTS: list[str] = []                  # the composition roots, in the order they were named
+_imported: set[str] = set()
+
+
+def compose(root: str) -> None:
+    """Make `root` (a module that imports components, e.g. "harness.builtins") a composition root: it is
+    imported on the next use of any registry."""
+    if root not in _ROOTS:
+        _ROOTS.append(root)
+
+
+def _load_roots() -> None:
+    """Import the composition roots not yet imported (each marked first: a root's modules may use a registry
+    while it is imported)."""
+    for root in _ROOTS:
+        if root not in _imported:
+            _imported.add(root)
+            importlib.import_module(root)
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, homes: tuple[str, ...] = ()):
+    def __init__(self, kind: str):
         self.kind = kind
-        self._homes = homes
-        self._loaded = not homes
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -45,10 +65,7 @@ class Registry(Generic[T]):
         return add
 
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for home in self._homes:
-                importlib.import_module(home)
+        _load_roots()
 
     def names(self) -> list[str]:
         self._load()
@@ -66,7 +83,11 @@ class Registry(Generic[T]):
         """One line naming `key` and the valid names when `name` is not registered."""
         if name not in self:
             raise ConfigError(f"{key}: {name!r} is not valid; choose one of "
-                              f"{', '.join(self.names()) or f'(no {self.kind} registered)'}")
+                              f"{', '.join(self.names()) or self._nothing()}")
+
+    def _nothing(self) -> str:
+        return (f"(no {self.kind} registered: no composition root was named; harness/__init__.py names "
+                f"harness/builtins.py with harness.registry.compose)")
 
     def get(self, name: str, key: str | None = None) -> T:
         self.check(key or self.kind, name)
@@ -83,25 +104,25 @@ def claimant(registry: Registry[T], subject: Any) -> T:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The registries: kind of component -> its Protocol (where it is defined) and the modules of its built-ins.
+# The registries: kind of component -> the Protocol (or class) its entries follow, and the built-in names.
 # ----------------------------------------------------------------------------------------------------------
 
 # tasks/registry.py TaskEntry: a problem source with rewards (addrev, cumsum, the benchmarks)
-TASKS: Registry[Any] = Registry("task", homes=("harness.tasks",))
-# rollout/__init__.py Forward: the model's forward (trainer log-probs and the sampler over it): hf, lean
-FORWARDS: Registry[Any] = Registry("model forward", homes=("harness.rollout",))
-# rollout/__init__.py EngineFactory: the rollout engine that samples the batches: hf, vllm
-ENGINES: Registry[Any] = Registry("rollout engine", homes=("harness.rollout",))
-# trial/backends.py Backend: the optimizer step over the trainer's gradients: torch, deepspeed
-BACKENDS: Registry[Any] = Registry("training backend", homes=("harness.trial.backends",))
+TASKS: Registry[Any] = Registry("task")
+# rollout/base.py Forward: the model's forward (trainer log-probs and the sampler over it): hf, lean, lean3
+FORWARDS: Registry[Any] = Registry("model forward")
+# rollout/__init__.py _in_process: the rollout engine that samples the batches (a factory): hf, vllm
+ENGINES: Registry[Any] = Registry("rollout engine")
+# trial/backends.py TorchBackend: the optimizer step over the trainer's gradients (a class): torch, deepspeed
+BACKENDS: Registry[Any] = Registry("training backend")
 # trial/staleness.py Source: where each consumed batch comes from: exact delay, mixed versions, async
-SOURCES: Registry[Any] = Registry("staleness source", homes=("harness.trial.staleness",))
-# spec/kinds.py TrialKind: what runs a trial: the LLM trainer, the estimator lab
-KINDS: Registry[Any] = Registry("trial kind", homes=("harness.trial.kind", "harness.lab.kind"))
-# store/tracking/config.py Mirror: where a trial's records are mirrored besides its files: wandb (MLflow always)
-MIRRORS: Registry[Any] = Registry("tracking mirror", homes=("harness.store.tracking.wandb_sink",))
-# report/figures.py Figure: a figure of a suite's report, in page order (accuracy, heatmaps, dynamics)
-FIGURES: Registry[Any] = Registry("report figure", homes=("harness.report.figures", "harness.report.heatmaps",
-                                                             "harness.report.dynamics"))
+SOURCES: Registry[Any] = Registry("staleness source")
+# config/kinds.py TrialKind: what runs a trial: the LLM trainer, the estimator lab
+KINDS: Registry[Any] = Registry("trial kind")
+# store/tracking/wandb_sink.py WandbConfig: where a trial's records are mirrored besides its files (its
+# settings class): wandb (MLflow always)
+MIRRORS: Registry[Any] = Registry("tracking mirror")
+# report/figures.py accuracy_vs_delay: a figure of a suite's report, in page order (accuracy, heatmaps, dynamics)
+FIGURES: Registry[Any] = Registry("report figure")
 # report/sections.py SectionSource: extra sections of a suite's report: kept policies' benchmarks, the lab's
-SECTIONS: Registry[Any] = Registry("report section", homes=("harness.report.sections", "harness.lab.report"))
+SECTIONS: Registry[Any] = Registry("report section")
