@@ -15,11 +15,6 @@ from test_trainer import run, strip_perf
 B = 16                      # tiny_base: 4 prompts × group_size 4; 6 steps, one update per batch
 
 
-@pytest.fixture
-def learning_base(tiny_base):
-    return {**tiny_base, "model": {"kind": "tiny"}}
-
-
 def replay(path, max_lag=8):
     return {"delay": {"dist": "trace", "path": str(path), "max": max_lag}}
 
