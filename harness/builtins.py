@@ -1,25 +1,36 @@
-"""The composition root: the one module that imports stalebench's built-in components, so that each
-registers itself in its registry (harness/registry.py).
+"""The composition root: the one module that names stalebench's built-in components, by the registry they
+register in (harness/registry.py); the registries themselves name no modules.
 
-The registries name no modules. An entry point names this one with `harness.registry.compose` (the CLI,
-tests/conftest.py, a script that builds trials itself), and the first use of any registry imports it;
-$STALEBENCH_COMPOSITION hands it to Ray workers. It sits on the top floor: it imports the floors below,
-nothing imports it. A plugin is a composition root of its own (`stalebench --plugin my_pkg`).
+harness/__init__.py names this root with `harness.registry.compose`, so every process that uses a registry
+(the CLI, a Ray worker, a test, a script) is composed alike. On the first use of a registry, `load` imports
+that registry's built-ins only: checking an engine's name imports the rollout package, a report's figures
+import no trainer and no torch. It sits on the top floor: it names modules of every floor below, nothing
+imports it. A plugin needs no line here: it registers where it is imported (`stalebench --plugin my_pkg`).
 
-The order of the imports is the order of the entries within a registry: the report's figures are in page
+The order of the modules is the order of the entries within a registry: the report's figures are in page
 order (accuracy, heatmaps, dynamics).
 """
 from __future__ import annotations
 
-import harness.tasks  # noqa: F401  (addrev, cumsum, the benchmarks)
-import harness.rollout  # noqa: F401  (engines hf, vllm; forwards hf, lean, lean3)
-import harness.trial.backends  # noqa: F401  (torch, deepspeed)
-import harness.trial.staleness  # noqa: F401  (exact, mixed, async)
-import harness.trial.kind  # noqa: F401  (llm)
-import harness.lab.kind  # noqa: F401  (lab)
-import harness.store.tracking.wandb_sink  # noqa: F401  (wandb)
-import harness.report.figures  # noqa: F401  (accuracy, intervals, learning)
-import harness.report.heatmaps  # noqa: F401  (collapse, eps, group_size)
-import harness.report.dynamics  # noqa: F401  (diagnostics, diagnostics_delay, survival, staleness)
-import harness.report.sections  # noqa: F401  (regime, benchmarks)
-import harness.lab.report  # noqa: F401  (the lab's section)
+import importlib
+
+from harness.registry import (BACKENDS, ENGINES, FIGURES, FORWARDS, KINDS, MIRRORS, SECTIONS, SOURCES, TASKS,
+                              Registry)
+
+BUILTINS: dict[Registry, tuple[str, ...]] = {
+    TASKS: ("harness.tasks",),                                        # addrev, cumsum, the benchmarks
+    FORWARDS: ("harness.rollout",),                                   # hf, lean, lean3
+    ENGINES: ("harness.rollout",),                                    # hf, vllm
+    BACKENDS: ("harness.trial.backends",),                            # torch, deepspeed
+    SOURCES: ("harness.trial.staleness",),                            # exact, mixed, async
+    KINDS: ("harness.trial.kind", "harness.lab.kind"),                # llm, lab
+    MIRRORS: ("harness.store.tracking.wandb_sink",),                  # wandb (MLflow always)
+    FIGURES: ("harness.report.figures", "harness.report.heatmaps", "harness.report.dynamics"),
+    SECTIONS: ("harness.report.sections", "harness.lab.report"),      # regime, benchmarks; the lab's
+}
+
+
+def load(registry: Registry) -> None:
+    """Import the modules that register `registry`'s built-ins."""
+    for module in BUILTINS.get(registry, ()):
+        importlib.import_module(module)

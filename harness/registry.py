@@ -14,11 +14,12 @@ valid ones (`check`: the configuration's validation asks it, as it asks `algorit
 estimators, whose registry is algorithms/registry.py).
 
 No registry knows where its entries live. The package names its composition root with `compose`
-(harness/__init__.py names harness/builtins.py, the module that imports the built-in components), and the
-first use of any registry imports it: the configuration checks a name without importing the trainer until
-it asks, and every process that uses a registry (a Ray worker, a script) has imported the package, so is
-composed alike. A plugin (`stalebench --plugin my_pkg`) adds entries by importing this module and calling
-`register`: a new component is its own file (docs/contributing.md).
+(harness/__init__.py names harness/builtins.py, the module that names the built-in components by registry),
+and the first use of a registry asks each root to `load` it: the configuration checks an engine's name
+without importing the trainer, a report's figures without torch, and every process that uses a registry
+(a Ray worker, a script) has imported the package, so is composed alike. A plugin (`stalebench --plugin
+my_pkg`) adds entries by importing this module and calling `register`: a new component is its own file
+(docs/contributing.md).
 
 This module imports nothing of stalebench but the error types.
 """
@@ -31,29 +32,20 @@ from harness.errors import ConfigError
 
 T = TypeVar("T")
 _ROOTS: list[str] = []                  # the composition roots, in the order they were named
-_imported: set[str] = set()
 
 
 def compose(root: str) -> None:
-    """Make `root` (a module that imports components, e.g. "harness.builtins") a composition root: it is
-    imported on the next use of any registry."""
+    """Make `root` a composition root: a module with a function `load(registry)` that imports the modules
+    registering that registry's entries (harness/builtins.py), called on the registry's next use."""
     if root not in _ROOTS:
         _ROOTS.append(root)
-
-
-def _load_roots() -> None:
-    """Import the composition roots not yet imported (each marked first: a root's modules may use a registry
-    while it is imported)."""
-    for root in _ROOTS:
-        if root not in _imported:
-            _imported.add(root)
-            importlib.import_module(root)
 
 
 class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._loaded: set[str] = set()      # the composition roots that loaded this registry
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: register the decorated object under `name` (a second one under it is an error)."""
@@ -65,7 +57,12 @@ class Registry(Generic[T]):
         return add
 
     def _load(self) -> None:
-        _load_roots()
+        """Ask each composition root not yet asked to load this registry (marked first: a module it imports
+        may use the registry while it is imported)."""
+        for root in _ROOTS:
+            if root not in self._loaded:
+                self._loaded.add(root)
+                importlib.import_module(root).load(self)
 
     def names(self) -> list[str]:
         self._load()
@@ -86,8 +83,9 @@ class Registry(Generic[T]):
                               f"{', '.join(self.names()) or self._nothing()}")
 
     def _nothing(self) -> str:
-        return (f"(no {self.kind} registered: no composition root was named; harness/__init__.py names "
-                f"harness/builtins.py with harness.registry.compose)")
+        why = (f"no composition root ({', '.join(_ROOTS)}) loads one" if _ROOTS else "no composition root was "
+               "named; harness/__init__.py names harness/builtins.py with harness.registry.compose")
+        return f"(no {self.kind} registered: {why})"
 
     def get(self, name: str, key: str | None = None) -> T:
         self.check(key or self.kind, name)
