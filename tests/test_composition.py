@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,26 @@ def test_importing_the_package_composes_each_registry_with_its_own_built_ins():
     assert _fresh("import harness.registry as r; print(r.ENGINES.names(), r.BACKENDS.names(), r.KINDS.names(), "
                   "r.SECTIONS.names())") == "['hf', 'vllm'] ['torch', 'deepspeed'] ['llm', 'lab'] " \
                                              "['regime', 'benchmarks', 'lab']"
+
+
+RAW_REPORTS = sorted(p.parent.name for p in (Path(ROOT) / "reports").glob("*/raw.tar.gz"))
+ENGINE_OF = {"hf": 1, "lean": 2, "lean3": 3}       # as the tables said before the forwards declared it
+
+
+@pytest.mark.parametrize("report", RAW_REPORTS)
+def test_every_committed_trial_hashes_as_its_suite_resolves_it_now(report):
+    """v1, v2 and v3 alike: each committed trial's config.yaml hashes as its stored suite resolves it now, under
+    the same trial id, and its forward declares the engine version the name-keyed table gave."""
+    from harness.config.dicts import to_dict
+    from harness.config.expand import load_suite_trials
+    from harness.store import trialdir
+    from harness.store.archive import committed_results
+
+    with committed_results(Path(ROOT) / "reports" / report) as committed:
+        _, trials = load_suite_trials(committed / trialdir.SUITE_FILE, stored=True)
+        finished = [t for t in trials if (committed / t.trial_id / trialdir.CONFIG).is_file()]
+        assert finished
+        for t in finished:
+            assert trialdir.config_sha256(trialdir.read_config(committed / t.trial_id)) == \
+                trialdir.config_sha256(to_dict(t.config)), t.trial_id
+            assert t.config.model.engine_version == ENGINE_OF[t.config.model.forward]
