@@ -60,3 +60,10 @@ def tiny_base(tiny_model_dir) -> dict:
         "eval": {"every_steps": 3},
         "group_size": 4,
     }
+
+
+@pytest.fixture
+def learning_base(tiny_base) -> dict:
+    """tiny_base on the committed frozen base (`kind: tiny`) instead of the random model, whose rewards, hence
+    updates, are all zero: for tests that need the policy to move."""
+    return {**tiny_base, "model": {"kind": "tiny"}}

@@ -5,9 +5,11 @@ fit on a reader's desk, the tracking packages imported only by harness/store/tra
 stands alone.
 
 The import graph is built from the AST of harness/**/*.py. Module-level and function-level imports count
-alike (a lazy import still couples two modules). `from pkg import name` is an edge to `pkg.name` when that
-is a module, else to `pkg`; importing a module does not add an edge to its parent package, since Python
-completes a partially imported package for a submodule import.
+alike (a lazy import still couples two modules), and so does a string that is a module's name outside a
+docstring (`importlib.import_module("harness.x")`, `compose("harness.builtins")`, a tuple of homes that a
+registry imports): a module named in a string is one imported by name. `from pkg import name` is an edge to
+`pkg.name` when that is a module, else to `pkg`; importing a module does not add an edge to its parent
+package, since Python completes a partially imported package for a submodule import.
 """
 from __future__ import annotations
 
@@ -50,7 +52,8 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 edges |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom):
@@ -62,6 +65,7 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
                 for alias in node.names:
                     sub = f"{target}.{alias.name}"
                     edges |= {sub} if sub in modules else {target} if target in modules else set()
+        edges |= {n.value for n in _strings(tree)} & set(modules)      # import_module("harness.x"), compose(...)
         graph[name] = edges - {name}
     return graph
 
@@ -124,6 +128,19 @@ def test_relative_and_lazy_imports_are_edges(tmp_path):
     assert cycles(import_graph(modules)) == [["p", "p.a", "p.b"]]
 
 
+def test_a_module_named_in_a_string_is_an_edge(tmp_path):
+    # import_module("p.b"), compose("p.c") and a tuple naming p.d import them; a docstring or a message that
+    # mentions a module, or a string that is no module of the graph, is no edge
+    modules = {m: tmp_path / f"{m}.py" for m in ("p", "p.a", "p.b", "p.c", "p.d")}
+    modules["p"].write_text('"""p.a"""\nimport importlib\ndef f():\n    importlib.import_module("p.b")\n'
+                            '    print("see p.a")\n')
+    modules["p.a"].write_text('from harness.registry import compose\ncompose("p.c")\nHOMES = ("p.d", "os.path")\n')
+    for m in ("p.b", "p.c", "p.d"):
+        modules[m].write_text("")
+    assert import_graph(modules) == {"p": {"p.b"}, "p.a": {"p.c", "p.d"}, "p.b": set(), "p.c": set(), "p.d": set()}
+    assert upward_imports({"harness.registry": {"harness.builtins"}}) == ["harness.registry -> harness.builtins"]
+
+
 def test_no_import_cycle_among_harness_modules():
     assert cycles(import_graph(_modules())) == []
 
@@ -131,10 +148,11 @@ def test_no_import_cycle_among_harness_modules():
 # The rooms of harness/, bottom to top (README, "Where things live"): a module imports modules of its own room
 # and of rooms below it, never above; lazy and TYPE_CHECKING imports count. Components (tasks, engines,
 # bases) sit below the specification that names them; the lab, a kind of trial with its own report
-# sections, sits above the report and registers itself into both.
-LAYERS = (("harness", "harness.errors", "harness.registry"), ("harness.store",), ("harness.tasks", "harness.rollout"),
+# sections, sits above the report and registers itself into both. The composition root (harness/builtins.py,
+# named by the package's __init__) imports the built-ins of every floor, so it sits on the top one.
+LAYERS = (("harness.errors", "harness.registry"), ("harness.store",), ("harness.tasks", "harness.rollout"),
           ("harness.bases",), ("harness.config",), ("harness.trial",), ("harness.suite",), ("harness.report",),
-          ("harness.lab",), ("harness.evaluation", "harness.reproduce", "harness.cli"))
+          ("harness.lab",), ("harness.evaluation", "harness.reproduce", "harness.cli", "harness.builtins", "harness"))
 
 
 def layer_of(module: str) -> int:

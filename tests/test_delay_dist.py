@@ -87,12 +87,6 @@ def test_trial_ids_distinguish_distributions(tiny_base):
     assert len(set(ids)) == 3, ids
 
 
-@pytest.fixture
-def learning_base(tiny_base):
-    """The frozen base (the random model's rewards, hence its updates, are all zero)."""
-    return {**tiny_base, "model": {"kind": "tiny"}}
-
-
 @pytest.mark.parametrize("d,passes,minibatches", [(2, 1, 1), (3, 2, 1), (3, 1, 2)])
 def test_point_mass_is_the_exact_delay_bit_for_bit(learning_base, tmp_path, d, passes, minibatches):
     extra = {"train.passes": passes, "train.minibatches": minibatches}

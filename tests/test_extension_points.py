@@ -69,3 +69,28 @@ def test_a_plugin_mirror_is_a_tracking_section_and_receives_a_trials_rows(plugin
     run_trial(Trial("t", {"seed": 0}, build_run_config(tiny_base)), tmp_path, mirror=mirror)
     steps = [step for trial, step in plugin.MIRRORED if trial == "t"]
     assert list(range(1, tiny_base["train"]["steps"] + 1)) == sorted({s for s in steps if s > 0}) and -1 in steps
+
+
+def test_a_plugin_forward_declares_its_engine_version_and_what_it_runs_with(monkeypatch, tiny_base, tmp_path):
+    """The run config asks the registered forward (rollout/base.py Forward), not a table of names: a plugin
+    forward has an engine version (before: a KeyError at trial start) and may need the tiny bases' setup."""
+    from harness.errors import ConfigError
+    from harness.registry import FORWARDS
+    from harness.rollout.base import Forward
+
+    hf = FORWARDS.get("hf")
+    monkeypatch.setattr(FORWARDS, "_entries", {**FORWARDS._entries, "mine": Forward(hf.response_logits, hf.engine),
+                                               "mine_lean": Forward(hf.response_logits, hf.engine, engine_version=2,
+                                                                    tiny_qwen3_only=True)})
+    versions = [build_run_config({"model": {"forward": f}}).model.engine_version
+                for f in ("hf", "lean", "lean3", "mine", "mine_lean")]
+    assert versions == [1, 2, 3, 1, 2]
+    assert build_run_config({"model": {"forward": "mine", "dtype": "bfloat16"}}).model.dtype == "bfloat16"
+    with pytest.raises(ConfigError, match=r"model.forward: 'mine_lean' is written for Qwen3 models like the tiny "
+                                          r"bases, .* for dtype 'bfloat16'"):
+        build_run_config({"model": {"forward": "mine_lean", "dtype": "bfloat16"}})
+    with pytest.raises(ConfigError, match=r"'lean3' is written for Qwen3 .* backend 'deepspeed'$"):
+        build_run_config({"model": {"forward": "lean3", "backend": "deepspeed"}})
+    cfg = build_run_config({**tiny_base, "model": {**tiny_base["model"], "forward": "mine"},
+                            "train": {**tiny_base["train"], "steps": 2}})
+    assert run_trial(Trial("t", {"seed": 0}, cfg), tmp_path)["status"] == "completed"

@@ -279,11 +279,27 @@ def test_mlflow_server_that_never_answers_is_reported(monkeypatch):
         server.close()
 
 
-def test_local_tracking_stores_are_not_probed():
+def test_local_tracking_stores_are_not_probed(monkeypatch):
+    """No connection, no HTTP request for a local store (a dead path is MLflow's to report); an http URI
+    through the same spies is probed, so the spies see a probe."""
+    import urllib.request
+
     from harness.store.tracking import probe_tracking_uri
 
-    for uri in ("sqlite:////nonexistent/dir/mlflow.db", "file:///tmp/mlruns", "mlruns"):
-        probe_tracking_uri(uri)
+    calls = []
+
+    class Answer:
+        def close(self):
+            pass
+
+    monkeypatch.setattr(socket, "create_connection",
+                        lambda address, **kw: calls.append(("connect", address)) or Answer())
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, **kw: calls.append(("get", url)) or Answer())
+    for uri in ("sqlite:////nonexistent/dir/mlflow.db", "file:///tmp/mlruns", "mlruns", "/abs/mlruns"):
+        assert probe_tracking_uri(uri) is None
+    assert calls == []
+    probe_tracking_uri("http://tracker.example:5000/")
+    assert calls == [("connect", ("tracker.example", 5000)), ("get", "http://tracker.example:5000/health")]
 
 
 def test_bad_ray_address_fails_in_seconds(tmp_path, tiny_base, monkeypatch):

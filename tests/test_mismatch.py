@@ -97,11 +97,6 @@ def test_top_k_one_is_greedy_with_log_prob_zero(tiny_model_dir):
     assert math.isfinite(float(r.logp_behavior[r.response_mask].sum()))
 
 
-@pytest.fixture
-def learning_base(tiny_base):
-    return {**tiny_base, "model": {"kind": "tiny"}}
-
-
 def without_mismatch(rows):
     return [{k: v for k, v in r.items() if not k.startswith("mismatch/")} for r in strip_perf(rows)]
 

@@ -15,11 +15,6 @@ from test_trainer import run, strip_perf
 B = 16                      # tiny_base: 4 prompts × group_size 4; 6 steps, one update per batch
 
 
-@pytest.fixture
-def learning_base(tiny_base):
-    return {**tiny_base, "model": {"kind": "tiny"}}
-
-
 def replay(path, max_lag=8):
     return {"delay": {"dist": "trace", "path": str(path), "max": max_lag}}
 
@@ -104,8 +99,16 @@ def test_bad_traces_are_one_line_errors(tiny_base, tmp_path, rows, message):
 
 
 def test_segment_traces_of_one_segment_replay_like_versions(tiny_base, tmp_path):
-    path = write(tmp_path / "seg.jsonl", [{"step": s + 1, "segments": [[0]] * B} for s in range(6)])
-    build_run_config(tiny_base, replay(path))
+    # response i of batch s at version max(0, s − (i mod 3)), written once as versions, once as one-segment lists
+    versions = [[max(0, s - i % 3) for i in range(B)] for s in range(6)]
+    ver = write(tmp_path / "ver.jsonl", [{"step": s + 1, "versions": v} for s, v in enumerate(versions)])
+    seg = write(tmp_path / "seg.jsonl", [{"step": s + 1, "segments": [[x] for x in v]} for s, v in enumerate(versions)])
+    read = [trace_mod.read_trace(p, B, updates_per_batch=1, max_lag=2, steps=6) for p in (seg, ver)]
+    assert read == [versions, versions] and versions[5][:4] == [5, 4, 3, 5]
+    _, by_versions, ver_eval = run(tiny_base, tmp_path, "ver", **replay(ver, max_lag=2))
+    _, by_segments, seg_eval = run(tiny_base, tmp_path, "seg", **replay(seg, max_lag=2))
+    assert strip_perf(by_segments) == strip_perf(by_versions) and seg_eval == ver_eval
+    assert [r["stale/mean"] for r in by_segments] == [sum(s - x for x in v) / B for s, v in enumerate(versions)]
 
 
 def test_hostile_files_are_refused_before_reading(tiny_base, tmp_path, monkeypatch):

@@ -139,7 +139,15 @@ def test_deep_nesting_is_refused_before_recursion_error(levels: int) -> None:
 
 def test_nesting_at_the_cap_loads() -> None:
     levels = MAX_DEPTH - 1  # + the innermost scalar = MAX_DEPTH nodes deep
-    assert load_yaml_text("[" * levels + "1" + "]" * levels, "s.yaml") is not None
+    expected: object = 1
+    for _ in range(levels):
+        expected = [expected]
+    assert load_yaml_text("[" * levels + "1" + "]" * levels, "s.yaml") == expected
+    block = "".join("  " * i + "a:\n" for i in range(levels)) + "  " * levels + "1\n"     # a: {a: ... {a: 1}}
+    expected = 1
+    for _ in range(levels):
+        expected = {"a": expected}
+    assert load_yaml_text(block, "s.yaml") == expected
 
 
 def test_python_and_custom_tags_are_refused(tmp_path: Path) -> None:

@@ -60,10 +60,11 @@ class ModelConfig:
 
     @property
     def engine_version(self) -> int:
-        """The engine version the forward names: 1 transformers (hf), 2 the lean forward, 3 lean3, whose matmuls
-        run on their own float path (harness/rollout/gemm3.py) and whose optimizer is torch's fused AdamW. Not a
-        field: a config that does not ask for lean3 resolves, and hashes, as before engine 3 existed."""
-        return {"hf": 1, "lean": 2, "lean3": 3}[self.forward]
+        """The engine version the forward declares (rollout/base.py Forward): 1 transformers (hf), 2 the lean
+        forward, 3 lean3, whose matmuls run on their own float path (harness/rollout/gemm3.py) and whose optimizer
+        is torch's fused AdamW. Not a field: a config that does not ask for lean3 resolves, and hashes, as before
+        engine 3 existed."""
+        return FORWARDS.get(self.forward, "model.forward").engine_version
 
     def validate(self, key: str) -> None:
         _choice(f"{key}.kind", self.kind, ("tiny", "path"))
@@ -72,9 +73,8 @@ class ModelConfig:
         _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
         ENGINES.check(f"{key}.engine", self.engine)
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
-        FORWARDS.check(f"{key}.forward", self.forward)
-        if self.forward in ("lean", "lean3") and (self.engine != "hf" or self.backend != "torch"
-                                                  or self.dtype != "float32"):
+        if FORWARDS.get(self.forward, f"{key}.forward").tiny_qwen3_only and (
+                self.engine != "hf" or self.backend != "torch" or self.dtype != "float32"):
             # kind: path is fine (build-base's probe of a candidate): a model the lean forward does not support
             # (not a dense Qwen3, ...) is refused with the same fix when the trial builds it (rollout/lean.py)
             raise ConfigError(f"{key}.forward: {self.forward!r} is written for Qwen3 models like the tiny bases, in "

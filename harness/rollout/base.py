@@ -100,6 +100,10 @@ class Forward:
     engine that samples with the same forward (model.engine: hf)."""
     response_logits: ResponseLogits
     engine: Callable[[torch.nn.Module, Any], RolloutEngine]          # (model, tokenizer) -> engine
+    engine_version: int = 1                 # the trial's engine version (trial/numerics.py record, trial/backends.py):
+                                            # 1 transformers, 2 the lean forward, 3 lean3 (own float path, fused AdamW)
+    tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, engine hf,
+                                            # backend torch (the run config refuses the rest in one line)
 
 
 @dataclass(frozen=True)

@@ -342,4 +342,4 @@ class LeanEngine:
 
 
 
-FORWARDS.register("lean")(Forward(response_logits, LeanEngine))
+FORWARDS.register("lean")(Forward(response_logits, LeanEngine, engine_version=2, tiny_qwen3_only=True))

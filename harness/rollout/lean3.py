@@ -104,4 +104,4 @@ def engine(model: torch.nn.Module, tokenizer) -> LeanEngine:
     return LeanEngine(model, tokenizer, forward=lean3, compact_at=COMPACT_AT)
 
 
-FORWARDS.register("lean3")(Forward(response_logits, engine))
+FORWARDS.register("lean3")(Forward(response_logits, engine, engine_version=3, tiny_qwen3_only=True))
