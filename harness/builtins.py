@@ -26,7 +26,8 @@ BUILTINS: dict[Registry, tuple[str, ...]] = {
     KINDS: ("harness.trial.kind", "harness.lab.kind"),                # llm, lab
     MIRRORS: ("harness.store.tracking.wandb_sink",),                  # wandb (MLflow always)
     FIGURES: ("harness.report.figures", "harness.report.heatmaps", "harness.report.dynamics"),
-X
+    SECTIONS: ("harness.report.sections", "harness.report.tolerance",  # regime, benchmarks, step-size tolerance;
+               "harness.lab.report"),                                 # the lab's
 }
 
 

@@ -10,6 +10,7 @@ suite's ``overrides:``) marked. The tuning trials read the validation split, nev
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ import pandas as pd
 from harness.registry import SECTIONS
 from harness.report.load import SuiteResults, load_results
 from harness.report.sections import Section
-from harness.store.archive import TUNE_ARCHIVE_NAME, open_archive
+from harness.store.archive import TUNE_ARCHIVE_NAME, open_archive, pack_tuning
+from harness.store.trialdir import SUITE_FILE
 
 LR_KEY = "train.lr"
 FIGURE = "step_size_tolerance.png"
@@ -37,13 +39,17 @@ def tuning_points(tune: SuiteResults) -> pd.DataFrame:
 
 
 def _tuning(res: SuiteResults, out_dir: Path) -> pd.DataFrame | None:
-    """The tuning points of ``res``: its results dir's tune/ if present, else out_dir's tune.raw.tar.gz."""
-    here = res.path / "tune"
-    if (here / "suite.yaml").is_file():
-        return tuning_points(load_results(here))
+    """The tuning points of ``res``: its results dir's tune/ (packed as `report --raw` packs it) if it holds
+    trials, else out_dir's tune.raw.tar.gz."""
+    with tempfile.TemporaryDirectory(prefix="stalebench-tune-") as tmp:
+        archive = pack_tuning(res.path, Path(tmp) / TUNE_ARCHIVE_NAME) if (res.path / SUITE_FILE).is_file() else None
+        if archive is not None:
+            return _points(archive)
     archive = Path(out_dir) / TUNE_ARCHIVE_NAME
-    if not archive.is_file():
-        return None
+    return _points(archive) if archive.is_file() else None
+
+
+def _points(archive: Path) -> pd.DataFrame | None:
     path = open_archive(archive)
     try:
         return tuning_points(load_results(path))
