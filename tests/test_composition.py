@@ -56,7 +56,7 @@ def test_importing_the_package_composes_each_registry_with_its_own_built_ins():
                   "sys.modules, 'harness.rollout' in sys.modules)") == "accuracy staleness False False"
     assert _fresh("import harness.registry as r; print(r.ENGINES.names(), r.BACKENDS.names(), r.KINDS.names(), "
                   "r.SECTIONS.names())") == "['hf', 'vllm'] ['torch', 'deepspeed'] ['llm', 'lab'] " \
-                                             "['regime', 'benchmarks', 'lab']"
+                                             "['regime', 'benchmarks', 'tolerance', 'lab']"
 
 
 RAW_REPORTS = sorted(p.parent.name for p in (Path(ROOT) / "reports").glob("*/raw.tar.gz"))

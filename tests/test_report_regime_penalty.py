@@ -2,9 +2,8 @@
 the standings, on hand-made trials with the expected numbers worked out in comments."""
 from __future__ import annotations
 
-import shutil
-
 import json
+import shutil
 from pathlib import Path
 
 import pytest

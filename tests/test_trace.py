@@ -104,7 +104,8 @@ def test_segment_traces_of_one_segment_replay_like_versions(tiny_base, tmp_path)
     ver = write(tmp_path / "ver.jsonl", [{"step": s + 1, "versions": v} for s, v in enumerate(versions)])
     seg = write(tmp_path / "seg.jsonl", [{"step": s + 1, "segments": [[x] for x in v]} for s, v in enumerate(versions)])
     read = [trace_mod.read_trace(p, B, updates_per_batch=1, max_lag=2, steps=6) for p in (seg, ver)]
-    assert read == [versions, versions] and versions[5][:4] == [5, 4, 3, 5]
+    schedules = [[((0, v),) for v in row] for row in versions]       # one segment from token 0, at version v
+    assert read == [schedules, schedules] and versions[5][:4] == [5, 4, 3, 5]
     _, by_versions, ver_eval = run(tiny_base, tmp_path, "ver", **replay(ver, max_lag=2))
     _, by_segments, seg_eval = run(tiny_base, tmp_path, "seg", **replay(seg, max_lag=2))
     assert strip_perf(by_segments) == strip_perf(by_versions) and seg_eval == ver_eval
