@@ -91,16 +91,10 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
     """The cost of running `todo` (of `trials`, whose finished steps in `trial_root` measure a step): the
     training and evaluation minutes, and for a GPU suite the projected GPU-hours."""
     lines = []
-    steps = sum(t.config.train.steps for t in todo)
-    processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
-    parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
-    step_s, source = _step_seconds(trial_root, trials)
+    steps, step_s, source, parallel, evals, eval_s = _projection(suite, trials, todo, trial_root)
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
-        evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
-        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
-                  if trials[0].config.model.kind == "tiny" else 0.0)
         train_min = steps * step_s / parallel / 60
         lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
                      f"~ {train_min:.0f} min of training" + (
@@ -110,6 +104,27 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
     if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
         lines.append(gpu_projection(todo, suite.resources.gpu))
     return lines
+
+
+def projected_seconds(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root: Path,
+                      one_at_a_time: bool = False) -> float | None:
+    """The wall time `cost_lines` projects for running `todo` (training and, for tiny bases, evaluation),
+    ``one_at_a_time`` for a run in one process; None when seconds per step are unknown. A running suite's
+    progress line counts its ETA down from it."""
+    steps, step_s, _, parallel, evals, eval_s = _projection(suite, trials, todo, trial_root)
+    return None if step_s is None else (steps * step_s + evals * eval_s) / (1 if one_at_a_time else parallel)
+
+
+def _projection(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root: Path):
+    """(steps, s per step or None, where that came from, parallel trials, evaluations, s per evaluation)."""
+    steps = sum(t.config.train.steps for t in todo)
+    processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
+    parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
+    step_s, source = _step_seconds(trial_root, trials)
+    evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
+    eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
+              if trials[0].config.model.kind == "tiny" else 0.0)
+    return steps, step_s, source, parallel, evals, eval_s
 
 
 def model_parameters(path: str) -> tuple[float | None, str]:
