@@ -35,6 +35,7 @@ from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
 from harness.config.suite import DEFAULT_BASELINE
 from harness.report.sections import Section, report_sections
+from harness.report.site_order import site_order
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
@@ -317,14 +318,17 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
             suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {one_line(str(exc), 200)}"})
             continue
         columns = leaderboard_columns([], bundle.get("baseline", DEFAULT_BASELINE), compact=True)
+        prov = bundle.get("provenance")
+        started = prov.get("started_utc") if isinstance(prov, dict) else None     # [first start, last start]
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
+                       "started": str((started[0] if isinstance(started, list) and started else started) or ""),
                        "largest_delay": show(bundle.get("largest_delay")),
                        "date": bundle.get("rendered", {}).get("date_utc", ""),
                        "columns": columns, "rows": cell_rows(board, columns)})
     studies = [{"href": quote(p.parent.relative_to(reports_root).as_posix()) + "/index.html",
                 "title": display(p.parent.name)} for p in sorted(reports_root.glob("*/index.html"))
                if not (p.parent / "results.json").is_file()]     # pages over several suites (reports/claims/)
-    html = _env().get_template("site.html.j2").render(suites=suites, studies=studies)
+    html = _env().get_template("site.html.j2").render(suites=site_order(suites), studies=studies)
     out = reports_root / "index.html"
     out.write_text(html, encoding="utf-8")
     return out
