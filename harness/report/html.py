@@ -36,6 +36,7 @@ from harness.report.provenance import ProvenanceSummary, rendering_info, summari
 from harness.config.suite import DEFAULT_BASELINE
 from harness.report.sections import Section, report_sections
 from harness.report.site_order import site_order
+from harness.report.slice import slice_header
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
@@ -99,6 +100,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
     context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
     context["docs_url"] = docs_url(out_dir)
+    context["slice"] = slice_header(res.suite, a.trials, [k for k in res.param_keys if k != "seed"])
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
@@ -190,7 +192,7 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
                   papers: list[paper.PaperTable], exports: dict[str, str]) -> dict[str, Any]:
     """Everything report.html.j2 renders; table cells are pre-formatted by ``render`` / ``paper``."""
     columns = leaderboard_columns(a.other, res.settings.baseline)
-    per_delay = [(show(d), cell_rows(tables.ranked(a.cells[a.cells["delay"] == d]), columns))
+    per_delay = [(show(d), cell_rows(tables.ranked(a.cells[a.cells["delay"] == d], a.unranked), columns))
                  for d in sorted(a.cells["delay"].dropna().unique(), key=tables._sort_key)]
     unfinished = a.trials[a.trials["status"] != "completed"]
     alarms = [f"Realized staleness after the warm-up differs from the configured delay {show(s['delay'])}: "
@@ -216,6 +218,7 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
         "warnings": prov.warnings + alarms,
         "low_confidence": low,
         "min_seeds": stats.MIN_CONFIDENT_SEEDS,
+        "unranked": a.unranked,
         "statistic": a.statistic,
         "cell_rule": stats.cell_rule(a.statistic, "CI"),
         "agreement": [{"a": r["slice_a"], "b": r["slice_b"], "n": r["estimators"],
