@@ -132,5 +132,11 @@ def test_progress_line_names_the_phase_until_steps_move_then_counts_down(tmp_pat
     assert str(line).endswith("trial-steps 2/8 (running: 2/4) | elapsed 1m10s | ETA 1m00s")
 
 
-def test_progress_line_without_a_projection_says_it_does_not_know_yet(tmp_path: Path) -> None:
+def test_progress_line_without_a_projection_says_it_does_not_know_yet(tmp_path: Path, monkeypatch) -> None:
     assert str(ProgressLine(tmp_path, {"a": 3})).endswith("trial-steps 0/3 | elapsed 0m00s | ETA ?")
+    from harness.suite import status as status_module
+    clock = [1000.0]
+    monkeypatch.setattr(status_module.time, "time", lambda: clock[0])
+    line = ProgressLine(tmp_path, {"a": 3}, projected_s=6.0)
+    clock[0] += 30                                       # 30 s in, no step yet: the 6 s projection is exceeded
+    assert str(line).endswith("elapsed 0m30s | ETA ? (past the projected 0m06s)")

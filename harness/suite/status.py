@@ -113,8 +113,9 @@ class ProgressLine:
         elapsed = now - self._t0
         if rate > 0:
             eta = _duration((self.total - steps) / rate)
-        elif self.projected_s is not None:
-            eta = f"~{_duration(max(self.projected_s - elapsed, 0))} (projected)"
+        elif self.projected_s is not None:          # the plan's projection, counted down until steps move
+            left = self.projected_s - elapsed
+            eta = f"~{_duration(left)} (projected)" if left > 0 else f"? (past the projected {_duration(self.projected_s)})"
         else:
             eta = "?"
         per_trial = ", ".join(f"{min(self.steps_by_trial[t], last_step(self.suite_dir / t))}/{self.steps_by_trial[t]}"
