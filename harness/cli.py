@@ -158,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args) -> int:
     from harness.suite.runner import run_suite
-
+    from harness.suite.status import run_summary
     suite, trials = _load(args)
     if args.dry_run:
         from harness.suite.plan import dry_run
@@ -167,11 +167,11 @@ def _cmd_run(args) -> int:
     counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
                        on_change=args.on_change, only=args.only, trials=trials)
     out = Path(args.results) / suite.name
-    print(f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     if args.report:               # in a fresh process: this one runs Ray, and the report forks workers
         done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(out)], check=False)
         if done.returncode:
             return done.returncode
+    print(run_summary(out, counts, reported=args.report))
     return 0 if not counts.get("failed") else 1
 
 
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
         return 2
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args((sys.argv[1:] if argv is None else argv) or ["--help"])   # bare: the help, exit 0
     if args.plugin:                              # Ray workers inherit it and import the same modules
         os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))
     try:

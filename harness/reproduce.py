@@ -328,18 +328,22 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
         checks = refused + [_checked(t, committed, new_dir, steps) for t in rerun]
         order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])
-        rows = verdicts(checks, committed, new_dir, steps, suite.report.statistic) + (
-            published(Path(report_dir), committed) if steps is None else [])
+        cells = verdicts(checks, committed, new_dir, steps, suite.report.statistic)
+        bundle = published(Path(report_dir), committed) if steps is None else []    # a check, not a cell
+    rows = cells + bundle
     width = max(len(r[0]) for r in rows)
-    counts = {v: sum(1 for r in rows if r[1] == v) for v in dict.fromkeys(r[1] for r in rows)}
-    head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(rows)} cell(s), rerun in {new_dir}"
+    counts = {v: sum(1 for r in cells if r[1] == v) for v in dict.fromkeys(r[1] for r in cells)}
+    head = [f"reproduce {report_dir}: {len(checks)} trial(s) in {len(cells)} cell(s)"
+            + (f" and {len(bundle)} check of the published {BUNDLE}" if bundle else "") + f", rerun in {new_dir}"
             + (f" (their first {steps} steps)" if steps else ""),
             f"identical: bit for bit; on another float path or CPU vendor: the difference of "
             f"{'final accuracy' if steps is None else f'accuracy at step {steps}'} and its "
             f"95% interval ({'mean, Welch t; *' if suite.report.statistic == 'mean' else 'IQM bootstrap; * Welch t,'} "
             f"fewer than {MIN_CONFIDENT_SEEDS} seeds), 'agrees' when it contains 0 (docs/reproducibility.md)"]
     lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
-    return "\n".join([*head, *lines, ", ".join(f"{v}: {n}" for v, n in counts.items())]), rows
+    tally = f"cells: {', '.join(f'{v}: {n}' for v, n in counts.items())}" + "".join(
+        f"; {name}: {verdict}" for name, verdict, _ in bundle)
+    return "\n".join([*head, *lines, tally]), rows
 
 
 def run_in_ray(address: str | None) -> Runner:
@@ -355,7 +359,14 @@ def run_in_process(suite: Suite, trials: list[Trial], out_root: Path) -> None:
     from harness.suite.session import SuiteSession
     from harness.trial.lifecycle import TrialFailed, run_trial
 
+    from harness.suite.console import ProgressThread, printer
+    from harness.suite.plan import projected_seconds
+    from harness.suite.status import ProgressLine
+
     suite_dir = SuiteSession.open(suite, trials, out_root, mirrored=False).suite_dir    # bases verified, once
-    for t in trials:
-        with contextlib.suppress(TrialFailed):       # recorded as failed; its cell says so
-            run_trial(t, suite_dir)
+    say, projected = printer(True), projected_seconds(suite, trials, trials, suite_dir, one_at_a_time=True)
+    with ProgressThread(ProgressLine(suite_dir, {t.trial_id: t.config.train.steps for t in trials}, projected), True):
+        for i, t in enumerate(trials, 1):
+            say(f"trial {i}/{len(trials)}: {t.trial_id}")
+            with contextlib.suppress(TrialFailed):       # recorded as failed; its cell says so
+                run_trial(t, suite_dir)

@@ -11,7 +11,6 @@ numerics.warn_once(numerics.pin())     # the trials' float path, before any test
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data" / "benchmarks"
 
 
 def build_random_tiny_model(out: Path, seed: int = 0, context: int = 64, vocab: list[str] | None = None) -> Path:

@@ -5,7 +5,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.config.run import build_run_config
-from harness.suite.plan import _step_seconds, gpu_projection, model_parameters
+from harness.suite.plan import _step_seconds, gpu_projection, model_parameters, projected_seconds
 from harness.config.expand import load_suite_trials
 
 
@@ -40,3 +40,15 @@ def test_the_v2_step_figure_gives_back_the_reference_runs_own_steps(tmp_path, mo
     step_s, source = _step_seconds(tmp_path, trials)
     assert abs(step_s - 0.397) < 0.002
     assert "x 0.70 for the lean forward" in source and "x 1.53 for the pinned float path" in source
+
+
+def test_the_v3_step_figure_gives_back_the_reference_runs_own_steps_and_projects_the_quickstart(tmp_path):
+    # reports/reference-v3's median perf/step_s was 1.609 s (engine 3, 128 responses, m = 4); the figure is kept
+    # per single update (1.609 / 1.33 = 1.21) and times 1 + 0.33 for m = 4 gives 1.6093 back.
+    suite, trials = load_suite_trials(Path(__file__).parents[1] / "suites" / "reference-v3.yaml")
+    step_s, source = _step_seconds(tmp_path, trials)
+    assert abs(step_s - 1.609) < 0.001 and "engine 3" in source
+    # the quickstart, one trial at a time: 2 trials x 64 steps x 1.6093 s = 206.0 s, plus 2 x 3 evaluations
+    # (steps 0, 32, 64) x 21.2 s = 127.2 s: 333.2 s
+    quick, quick_trials = load_suite_trials(Path(__file__).parents[1] / "suites" / "quickstart-v3.yaml")
+    assert abs(projected_seconds(quick, quick_trials, quick_trials, tmp_path, one_at_a_time=True) - 333.2) < 0.1

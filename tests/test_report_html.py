@@ -4,6 +4,7 @@ headless browser (skipped when playwright or chromium is missing)."""
 import csv
 import json
 import os
+import shutil
 import re
 import struct
 import subprocess
@@ -431,7 +432,7 @@ def test_report_and_site_in_a_real_browser(built):
 
             page, problems = _open(browser, site)
             assert page.title() == "stalebench leaderboards"
-            page.click("section.suite-entry h2 a")
+            page.click("section.suite-entry h3 a")
             page.wait_for_load_state("load")
             assert page.url == index.resolve().as_uri()
             assert page.eval_on_selector("h1", "h => h.textContent") == f"stalebench report: {NAME}"
@@ -483,3 +484,23 @@ def test_a_figure_that_fails_is_named_and_the_rest_of_the_report_is_written(tmp_
     bundle = json.loads((index.parent / "results.json").read_text())
     assert bundle["figures"] and not any(f["file"].startswith("learning") for f in bundle["figures"])
     assert "stalebench: warning: figure 'learning' was not drawn" in capsys.readouterr().err
+
+
+def test_site_leads_with_the_current_reference_then_earlier_ones_then_companions_and_studies(tmp_path):
+    """Issue 53: the site sorted alphabetically put claims-eps first and reference-v3 16th of 19. The
+    committed reports' own results.json (their runs' start dates) now give the order."""
+    repo_reports = Path(__file__).resolve().parents[1] / "reports"
+    for bundle in [*repo_reports.glob("*/results.json"), *repo_reports.glob("*/*/results.json")]:
+        target = tmp_path / bundle.parent.relative_to(repo_reports)
+        target.mkdir(parents=True)
+        shutil.copy(bundle, target / "results.json")
+    page = build_site(tmp_path).read_text()
+    order = re.findall(r'<h3><a href="[^"]+">([^<]+)</a></h3>', page)
+    groups = re.findall(r'<h2 class="site-group">([^<]+)</h2>', page)
+    assert order[:3] == ["reference-v3", "reference-v2", "reference"], order
+    # companions under their reference (v3's first), each group by its runs' start; then the studies, newest first
+    assert order[3:6] == ["reference-v3-bridge", "reference-v3-bases", "reference-v2-bases"], order
+    assert order.index("reference-v2-followup") < order.index("design-v3") < order.index("claims-eps"), order
+    assert order[-1] == "claims-lab" and len(order) == 18, order     # started 2026-12-03, the oldest study
+    assert groups == ["The current reference", "Earlier references", "Companions of reference-v3",
+                      "Companions of reference-v2", "Studies"], groups

@@ -117,8 +117,10 @@ def test_another_cpu_vendor_on_the_same_float_path_is_tested_statistically(commi
 def test_the_cli_states_its_verdicts_and_refuses_what_is_not_a_results_directory(committed, tmp_path, capsys):
     code = main(["reproduce", str(committed), "--only", "algorithm=grpo,seed=0", "--results",
                  str(tmp_path / "results"), "--in-process"])
-    out = capsys.readouterr().out
-    assert code == 0 and "algorithm=grpo delay=0  identical" in out and "identical: 1" in out
+    out, err = capsys.readouterr()
+    assert code == 0 and "algorithm=grpo delay=0  identical" in out and "cells: identical: 1" in out
+    # --in-process says what it runs and how far it is (stderr), not minutes of silence
+    assert "[stalebench] trial 1/1: grpo-d0-s0" in err and "trial-steps" in err and "1/1 trials done" in err, err
     assert main(["reproduce", str(tmp_path), "--in-process"]) == 2
     assert "neither raw.tar.gz nor a suite results directory" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="matches no trial"):
@@ -149,6 +151,10 @@ def test_results_json_is_checked_against_the_raw_trials(committed, tmp_path, cap
     (report / "results.json").write_text(json.dumps(bundle))
     text, rows = reproduce(report, ["algorithm=grpo"], tmp_path / "results", run_in_process)
     assert verdicts(rows)["results.json"] == "matches", text
+    # the check of results.json is counted apart from the cells: 2 grpo trials (seeds 0, 1) in 1 cell
+    assert text.splitlines()[0].startswith(f"reproduce {report}: 2 trial(s) in 1 cell(s) and 1 check of the "
+                                           f"published results.json, rerun in "), text
+    assert text.splitlines()[-1] == "cells: identical: 1; results.json: matches", text
     next(t for t in bundle["trials"] if t["trial_id"] == "naive-d0-s1")["final_acc"] = 0.99
     (report / "results.json").write_text(json.dumps(bundle))
     assert main(["reproduce", str(report), "--only", "algorithm=grpo", "--results", str(tmp_path / "results"),

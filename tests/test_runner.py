@@ -157,8 +157,10 @@ def test_status_table_and_counts(tmp_path, tiny_base):
     with pytest.raises(ConfigError, match="no suite results here"):
         suite_status(tmp_path / "nothing")
     # the live progress line: failed counts as done; steps 6 (completed) + 6 (failed) + 2 (running) + 0
-    line = str(ProgressLine(results, {t: 6 for t in ids}))
-    assert line.startswith("2/4 trials done | 1 running | 1 failed | step 14/24 | elapsed 0m00s | ETA ?"), line
+    phase, line = str(ProgressLine(results, {t: 6 for t in ids})).split(" | ", 1)   # no step moved yet: a phase first
+    assert phase in ("starting the trials' workers", "loading the base model"), phase
+    assert line.startswith("2/4 trials done | 1 running | 1 failed | trial-steps 14/24 (running: 2/6) | elapsed 0m00s "
+                           "| ETA ?"), line
 
 
 def test_cli_status_resolves_name_dir_and_file(tmp_path, tiny_base, monkeypatch, capsys):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.suite.status import ProgressLine, count_statuses, printable, suite_status
+from harness.suite.status import ProgressLine, count_statuses, printable, run_summary, suite_status
 from harness.store.trialdir import read_status
 
 ESCAPES = ["\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m", "\r", "\x08", "\u202e"]  # clear, retitle, CSI, CR, BS, RTL
@@ -80,3 +80,63 @@ def test_valid_trial_config_still_gives_steps(tmp_path: Path) -> None:
     trial_dir = _trial(results, "t", {"status": "running", "step": 2})
     (trial_dir / "config.yaml").write_text("train:\n  steps: 6\n")
     assert suite_status(results).splitlines()[2].split()[:3] == ["t", "running", "2/6"]
+
+
+def test_run_summary_ends_with_the_next_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    text = run_summary(Path("results/quickstart-v3"), {"completed": 2}, reported=True)
+    assert text.splitlines() == [
+        "results: results/quickstart-v3   completed: 2",
+        "next:",
+        # the widest command (the mlflow line, 57 characters) sets the column of the comments
+        "  stalebench status results/quickstart-v3                     # trials by status",
+        "  stalebench site                                             # reports/index.html, every suite's report",
+        "  mlflow ui --backend-store-uri sqlite:///results/mlflow.db   # browse the trials' metrics"]
+    unreported = run_summary(Path("results/s"), {"completed": 1, "failed": 1}, reported=False).splitlines()
+    assert unreported[0] == "results: results/s   completed: 1, failed: 1"
+    assert unreported[3].split("#")[0].strip() == "stalebench report results/s"
+
+
+def test_bare_stalebench_prints_the_help_and_exits_0(capsys: pytest.CaptureFixture) -> None:
+    from harness import cli
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: stalebench") and "reproduce" in out and "site" in out
+
+
+def test_progress_line_names_the_phase_until_steps_move_then_counts_down(tmp_path: Path, monkeypatch) -> None:
+    from harness.suite import status as status_module
+    from harness.store.tracking import RunLog
+    clock = [1000.0]                                     # a fake clock; real file mtimes are all later than it
+    monkeypatch.setattr(status_module.time, "time", lambda: clock[0])
+    line = ProgressLine(tmp_path, {"a": 4, "b": 4}, projected_s=600.0)
+    tail = "0/2 trials done | 0 running | 0 failed | trial-steps 0/8 | elapsed 0m00s | ETA ~10m00s (projected)"
+    assert str(line) == "starting the trials' workers | " + tail
+    (tmp_path / "a").mkdir()                             # a worker took trial a up (RunLog makes its directory)
+    assert str(line) == "loading the base model | " + tail
+    log = RunLog(tmp_path / "a")
+    log.start({"train": {"steps": 4}}, {}, {"config_sha256": "test"})      # its base is loaded: status running
+    running = "0/2 trials done | 1 running | 0 failed | trial-steps 0/8 (running: 0/4) | elapsed 0m00s"
+    assert str(line) == f"evaluating step 0 on the held-out set | {running} | ETA ~10m00s (projected)"
+    log.eval(0, {"eval/acc": 0.5})
+    assert str(line).startswith("taking the first steps | ")
+    clock[0] += 60                                       # the first step, a minute in: no pace yet, the projection
+    log.metrics(1, {"loss/value": 0.1})
+    assert str(line) == ("0/2 trials done | 1 running | 0 failed | trial-steps 1/8 (running: 1/4) | elapsed 1m00s "
+                         "| ETA ~9m00s (projected)")
+    clock[0] += 10                                       # one more step in 10 s: 0.1 step/s, 6 to go -> 60 s
+    log.metrics(2, {"loss/value": 0.1})
+    assert str(line).endswith("trial-steps 2/8 (running: 2/4) | elapsed 1m10s | ETA 1m00s")
+
+
+def test_progress_line_without_a_projection_says_it_does_not_know_yet(tmp_path: Path, monkeypatch) -> None:
+    assert str(ProgressLine(tmp_path, {"a": 3})).endswith("trial-steps 0/3 | elapsed 0m00s | ETA ?")
+    from harness.suite import status as status_module
+    clock = [1000.0]
+    monkeypatch.setattr(status_module.time, "time", lambda: clock[0])
+    line = ProgressLine(tmp_path, {"a": 3}, projected_s=6.0)
+    clock[0] += 30                                       # 30 s in, no step yet: the 6 s projection is exceeded
+    assert str(line).endswith("elapsed 0m30s | ETA ? (past the projected 0m06s)")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from harness.tasks import Problem, Task, make_task, task_names
-from harness.tasks.benchmarks import DATA_DIR_ENV, PROMPT_SUFFIX, BenchmarkTask, default_data_dir
+from harness.tasks.benchmarks import DATA_DIR_ENV, PROMPT_SUFFIX, REPO_DATA_DIR, BenchmarkTask, default_data_dir
 from harness.tasks.synthetic import ADDREV_VOCAB, addrev_answer, addrev_prompt, addrev_task
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
+DATA_DIR = default_data_dir()                           # the one data location: $STALEBENCH_DATA_DIR or the repo's copy
 needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"benchmark data not at {DATA_DIR}")
 
 
@@ -114,11 +115,22 @@ BENCHMARK_ROWS = {  # from PROVENANCE.md
 }
 
 
-def test_default_data_dir_is_shared_next_to_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_data_dir_is_the_repository_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    assert default_data_dir() == DATA_DIR
+    assert default_data_dir() == Path(__file__).resolve().parents[1] / "data" / "benchmarks"
     monkeypatch.setenv(DATA_DIR_ENV, "/somewhere/else")
     assert default_data_dir() == Path("/somewhere/else")
+
+
+def test_shipped_benchmark_files_are_the_recorded_bytes() -> None:
+    # The repository's copy, not $STALEBENCH_DATA_DIR: every file the loaders read is listed in SHA256SUMS
+    # and hashes to what it records (an edited, truncated or missing file fails here, never skips).
+    recorded = dict(reversed(line.split("  ")) for line in (REPO_DATA_DIR / "SHA256SUMS").read_text().splitlines())
+    assert set(recorded) == {"gsm8k_test.jsonl", "gsm8k_train.jsonl", "math500_test.jsonl", "aime24_test.jsonl",
+                             "amc23_test.jsonl", "minerva_math_test.jsonl", "olympiadbench_test.jsonl"}
+    assert recorded["gsm8k_test.jsonl"] == "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+    for name, sha256 in recorded.items():
+        assert hashlib.sha256((REPO_DATA_DIR / name).read_bytes()).hexdigest() == sha256, name
 
 
 @needs_data

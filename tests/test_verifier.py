@@ -18,9 +18,10 @@ import pytest
 
 from harness.tasks import extract_answer, grade_math
 from harness.tasks import verify as verify_module
+from harness.tasks.benchmarks import default_data_dir
 from harness.tasks.verify import last_boxed_content, start_verifier
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
+DATA_DIR = default_data_dir()                           # the one data location: $STALEBENCH_DATA_DIR or the repo's copy
 needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"benchmark data not at {DATA_DIR}")
 TIMEOUT_S = 1.0
 HANG_BOUND_S = 3 * TIMEOUT_S  # a hang guard, not a performance target

@@ -93,7 +93,7 @@ class TaskConfig:
     name: str = "addrev"                   # addrev (synthetic, CPU default) or a benchmark name
     train_size: int | None = None          # None: the task's default
     eval_size: int = 500
-    data_dir: str | None = None            # benchmark files (default: $STALEBENCH_DATA_DIR or ../shared/data/benchmarks)
+    data_dir: str | None = None            # benchmark files (default: $STALEBENCH_DATA_DIR or the repo's data/benchmarks)
     validation_size: int = field(default=0, metadata=NEW_SETTING)   # a benchmark with a train file (gsm8k):
                                            # its last N train problems held out as the validation split
                                            # (cumsum-long has a fixed one)

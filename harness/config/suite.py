@@ -17,6 +17,7 @@ reads results/<suite>/suite.yaml through the same schema that `stalebench check`
     tune: {param: train.lr, low: 1e-5, high: 1e-3, ...}            # TuneSpec (read by `stalebench tune`)
     tracking: {wandb: {project: stalebench, mode: offline}}        # tracking.TrackingConfig (mirrors)
     campaign: false                   # true: finished trials are committed to campaigns/<suite>/ as they land
+    slice_of: reference-v3            # a slice of that suite's trials (same ids), to check row by row, not rank
 
 Every problem is a one-line ConfigError naming the key. What needs a resolved, validated run config
 (every trial's config, the tune bounds) is checked by suite.load_suite_file, which `check` runs.
@@ -42,7 +43,7 @@ from harness.store.tracking.mirrors import TrackingConfig
 from harness.store.untrusted import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
-              "share_on_policy", "overrides_scope", "tracking", "campaign")
+              "share_on_policy", "overrides_scope", "tracking", "campaign", "slice_of")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
@@ -210,6 +211,8 @@ class Suite:
     campaign: bool = False        # finished trials land in campaigns/<suite>/ (committed) and are restored from
                                   # there on a new machine (harness/store/campaign.py; not trial config)
     source: str = ""              # the suite file's text (hashed for provenance)
+    slice_of: str = ""            # the suite whose trials these are, cut short or fewer ("": none); its report
+                                  # says so and ranks nothing (report/slice.py); not part of any trial's config
 
     @property
     def sha256(self) -> str:
@@ -230,6 +233,7 @@ class Suite:
             return self.source
         data = {"suite": self.name, "version": self.version, "base": self.base, "grid": self.grid, "seeds": self.seeds,
                 **({"overrides": self.overrides} if self.overrides else {}),
+                **({"slice_of": self.slice_of} if self.slice_of else {}),
                 **({"tune": to_dict(self.tune)} if self.tune is not None else {})}
         return yaml.safe_dump(data, sort_keys=False)
 
@@ -292,6 +296,10 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
     campaign = data.get("campaign", False)
     if not isinstance(campaign, bool):
         raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
+    slice_of = data.get("slice_of", "")
+    if not isinstance(slice_of, str) or (slice_of and not _NAME.match(slice_of)) or slice_of == name:
+        raise _fail(where, f"slice_of: expected the name of the suite this one is a slice of (e.g. reference-v3), "
+                           f"not this suite's own; got {short(slice_of)}")
     scope = data.get("overrides_scope", "all")
     if scope not in OVERRIDES_SCOPES:
         raise _fail(where, f"overrides_scope: expected one of {', '.join(OVERRIDES_SCOPES)}; got {short(scope)}")
@@ -305,7 +313,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         tracking.validate("tracking")
         suite = Suite(name, version, dict(base), grid, list(seeds), resources, {k: dict(v) for k, v in overrides.items()},
                       data.get("notes", ""), share_on_policy=share, overrides_scope=scope, tracking=tracking,
-                      campaign=campaign, source=source)
+                      campaign=campaign, source=source, slice_of=slice_of)
         return Suite(**{**{f.name: getattr(suite, f.name) for f in fields(Suite)},
                         "report": _report(data.get("report"), suite), "tune": _tune(data.get("tune"), suite)})
     except ConfigError as exc:

@@ -162,9 +162,14 @@ def final_intervals(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
                      f"{stats.cell_rule(a.statistic)} (hatched bar: fewer than {stats.MIN_CONFIDENT_SEEDS} "
                      f"seeds; one seed: the tick alone) "
                      f"({seed_range(shown['seeds'])} per bar). Each delay's x axis is fitted to its "
-                     f"intervals. Dashed line = the on-policy level "
-                     f"({a.baseline} at delay 0){_SHARED if shared else ''}."
-                     f"{low_note(shown['seeds'])}", svg)
+                     f"intervals." + (f" Dashed line = the on-policy level ({a.baseline} at delay 0)"
+                                      f"{_SHARED if shared else ''}." if any(_finite_level(v) for v in on) else "")
+                     + f"{low_note(shown['seeds'])}", svg)
+
+
+def _finite_level(value) -> bool:
+    """A drawn reference level (None or NaN: the suite has no such run, so no line and no caption for it)."""
+    return value is not None and bool(np.isfinite(value))
 
 
 @FIGURES.register("learning")

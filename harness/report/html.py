@@ -35,6 +35,8 @@ from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
 from harness.config.suite import DEFAULT_BASELINE
 from harness.report.sections import Section, report_sections
+from harness.report.site_order import site_order
+from harness.report.slice import slice_header
 from harness.report.render import Column, cell_rows, leaderboard_columns, show, trial_columns, unfinished_columns
 
 SCHEMA_VERSION = 2
@@ -106,6 +108,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     context["docs_url"] = docs_url(out_dir)
     context["first"] = first
     context["staleness_note"] = regime.staleness_note(labels)
+    context["slice"] = slice_header(res.suite, a.trials, [k for k in res.param_keys if k != "seed"])
     page = _env().get_template("report.html.j2").render(**context)
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     a.board.to_csv(out_dir / "leaderboard.csv", index=False)
@@ -201,7 +204,7 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
                   papers: list[paper.PaperTable], exports: dict[str, str]) -> dict[str, Any]:
     """Everything report.html.j2 renders; table cells are pre-formatted by ``render`` / ``paper``."""
     columns = leaderboard_columns(a.other, res.settings.baseline)
-    per_delay = [(show(d), cell_rows(tables.ranked(a.cells[a.cells["delay"] == d]), columns))
+    per_delay = [(show(d), cell_rows(tables.ranked(a.cells[a.cells["delay"] == d], a.unranked), columns))
                  for d in sorted(a.cells["delay"].dropna().unique(), key=tables._sort_key)]
     unfinished = a.trials[a.trials["status"] != "completed"]
     alarms = [f"Realized staleness after the warm-up differs from the configured delay {show(s['delay'])}: "
@@ -227,6 +230,7 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
         "warnings": prov.warnings + alarms,
         "low_confidence": low,
         "min_seeds": stats.MIN_CONFIDENT_SEEDS,
+        "unranked": a.unranked,
         "statistic": a.statistic,
         "cell_rule": stats.cell_rule(a.statistic, "CI"),
         "agreement": [{"a": r["slice_a"], "b": r["slice_b"], "n": r["estimators"],
@@ -333,14 +337,17 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
             suites.append({**entry, "error": f"unreadable results.json: {type(exc).__name__}: {one_line(str(exc), 200)}"})
             continue
         columns = leaderboard_columns([], bundle.get("baseline", DEFAULT_BASELINE), compact=True)
+        prov = bundle.get("provenance")
+        started = prov.get("started_utc") if isinstance(prov, dict) else None     # [first start, last start]
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
+                       "started": str((started[0] if isinstance(started, list) and started else started) or ""),
                        "largest_delay": show(bundle.get("largest_delay")),
                        "date": bundle.get("rendered", {}).get("date_utc", ""),
                        "columns": columns, "rows": cell_rows(board, columns)})
     studies = [{"href": quote(p.parent.relative_to(reports_root).as_posix()) + "/index.html",
                 "title": display(p.parent.name)} for p in sorted(reports_root.glob("*/index.html"))
                if not (p.parent / "results.json").is_file()]     # pages over several suites (reports/claims/)
-    html = _env().get_template("site.html.j2").render(suites=suites, studies=studies)
+    html = _env().get_template("site.html.j2").render(suites=site_order(suites), studies=studies)
     out = reports_root / "index.html"
     out.write_text(html, encoding="utf-8")
     return out

@@ -93,6 +93,7 @@ class PaperTable:
     step_sizes: str = ""  # per-estimator train.lr sentence when the suite's overrides set it (step_sizes)
     resolution_floor: str = ""  # set when the seeds cannot resolve any pair (resolve.resolution_floor)
     iqm: bool = False  # some cell prints an IQM (report.statistic iqm, 5 seeds or more), not the tested mean
+    unranked: str = ""  # why no cell is marked highest (tables.unranked_reason), "" when the highest is bold
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
@@ -102,11 +103,14 @@ class PaperTable:
         top = show(self.delays[-1]) if self.delays else DASH
         point = ("IQM over seeds [95% bootstrap CI] (the mean [Student-t CI] in cells with fewer than "
                  f"{stats.MIN_CONFIDENT_SEEDS} seeds)" if self.iqm else "mean over seeds [95% Student-t CI]")
-        text = (f"{suite}{where}: final held-out accuracy, {point}, by delay, {seeds} per cell. "
-                f"Gain retained = (acc at delay {top} - base) / (acc at delay 0 - base), base = the trials' "
-                "step-0 accuracy; "
-                "delay AUC = mean accuracy over log2(1 + delay). Bold: highest in its column (not a "
-                "significance claim). cK/N: K of N seeds collapsed.")
+        retained = (f"Gain retained = (acc at delay {top} - base) / (acc at delay 0 - base), base = the trials' "
+                    "step-0 accuracy; " if self.delays and self.delays[0] == 0 else
+                    "Gain retained needs a delay-0 run, which this table does not have (\u2014); ")
+        auc = " (one delay: its accuracy)" if len(self.delays) == 1 else ""
+        bold = (f"Nothing is marked highest: not ranked, {self.unranked}. " if self.unranked else
+                "Bold: highest in its column (not a significance claim). ")
+        text = (f"{suite}{where}: final held-out accuracy, {point}, by delay, {seeds} per cell. {retained}"
+                f"delay AUC = mean accuracy over log2(1 + delay){auc}. {bold}cK/N: K of N seeds collapsed.")
         tested = sum(n for _, n in self.resolved)
         if tested:
             text += (f" Resolved pairs: K/M of the M estimator pairs at that delay differ (two-sided exact "
@@ -146,7 +150,7 @@ def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
     for s in slice_keys:
         part = cells[cells["slice"] == s]
         delays = sorted(part["delay"].unique(), key=_sort_key)
-        best = {d: part.loc[part["delay"] == d, "final"].max() for d in delays}
+        best = {d: np.nan if a.unranked else part.loc[part["delay"] == d, "final"].max() for d in delays}
         algos = sorted(part["algorithm"].astype(str).unique(), key=lambda x: (x != a.baseline, x))
         rows = []
         for algo in algos:
@@ -164,7 +168,7 @@ def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
                               resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays]),
                               step_sizes(suite, algos) if suite is not None else "",
                               resolve.resolution_floor(a.pairs, str(s)),
-                              bool((part["statistic"] == "IQM").any())))
+                              bool((part["statistic"] == "IQM").any()), a.unranked))
     return out
 
 

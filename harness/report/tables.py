@@ -256,17 +256,20 @@ def _poi(cells: pd.DataFrame, keys: list[str], baseline: str, seed: int) -> np.n
     out = np.full((len(cells), 3), np.nan)
     for i, (_, r) in enumerate(cells.iterrows()):
         y = base.get(tuple(r[k] for k in others))
-        if r["algorithm"] != baseline and y is not None:
+        if r["algorithm"] != baseline and y is not None and min(len(r["_final"]), len(y)) >= 2:   # one seed: none
             e = stats.poi_estimate(r["_final"], y, seed=seed)
             out[i] = (e.point, e.lo, e.hi)
     return out
 
 
-def ranked(cells: pd.DataFrame) -> pd.DataFrame:
+def ranked(cells: pd.DataFrame, unranked: str = "") -> pd.DataFrame:
     """Cells sorted best first with a shared-on-ties ``rank`` (``stats.competition_ranks`` on the final
     accuracy as printed) and ``vs_leader``: "leader" (rank 1), "tied" (its 95% interval overlaps the
     leader's: not distinguishable at these seeds), "below" (intervals disjoint), or "no interval"
-    (fewer than two seeds on either side). The leader is the rank-1 cell with the most seeds."""
+    (fewer than two seeds on either side). The leader is the rank-1 cell with the most seeds.
+    ``unranked`` (``unranked_reason``): the cells in their table order, no rank, that reason as vs_leader."""
+    if unranked:
+        return cells.assign(rank=np.nan, vs_leader=f"not ranked: {unranked}").reset_index(drop=True)
     out = cells.assign(rank=stats.competition_ranks(cells["final"].to_numpy(dtype=float)))
     out = out.sort_values(["rank", "config"], kind="stable").reset_index(drop=True)
     if out.empty:
@@ -288,13 +291,21 @@ def _estimate(r: pd.Series | dict) -> stats.Estimate:
                           r["ci_method"])
 
 
-def leaderboard(cells: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+def leaderboard(cells: pd.DataFrame, unranked: str = "") -> tuple[pd.DataFrame, float]:
     """Ranked cells at the largest delay, and that delay (NaN when no trial has a delay)."""
     delays = pd.to_numeric(cells["delay"], errors="coerce").to_numpy(dtype=float)
     if np.isnan(delays).all():
-        return ranked(cells), float("nan")
+        return ranked(cells, unranked), float("nan")
     top = float(np.nanmax(delays))
-    return ranked(cells[delays == top]), top
+    return ranked(cells[delays == top], unranked), top
+
+
+def unranked_reason(slice_of: str, cells: pd.DataFrame) -> str:
+    """Why the suite's cells are not ranked ("" when they are): a slice of another suite (its report is the
+    one that ranks), or one finished seed per cell at most (nothing can be told apart)."""
+    if slice_of:
+        return f"a slice of {slice_of}"
+    return "one seed" if len(cells) and int(cells["seeds"].max()) <= 1 else ""
 
 
 def staleness_summary(trials: pd.DataFrame, rel_tol: float = 0.1, abs_tol: float = 0.5) -> pd.DataFrame:
@@ -326,6 +337,7 @@ class Analysis:
     pairs: list[resolve.PairTest]  # every table's estimator pairs, tested (resolve.pair_tests)
     agreement: pd.DataFrame  # Kendall's tau between slices' rankings at the largest delay
     statistic: str  # what a cell's value is (report.statistic: "iqm" or "mean"; stats.estimate)
+    unranked: str = ""  # why nothing is ranked (unranked_reason), "" when the leaderboard ranks
 
 
 def analyse(res: SuiteResults) -> Analysis:
@@ -338,7 +350,8 @@ def analyse(res: SuiteResults) -> Analysis:
     cell_trials["slice"] = [slice_label(r, other) for r in cell_trials.to_dict("records")]
     cells = families.annotate(cell_table(cell_trials, res.param_keys, res.settings.baseline,
                                          statistic=res.settings.statistic), res)
-    board, top_delay = leaderboard(cells)
+    unranked = unranked_reason(res.suite.slice_of, cells)
+    board, top_delay = leaderboard(cells, unranked)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
                     res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay),
-                    res.settings.statistic)
+                    res.settings.statistic, unranked)

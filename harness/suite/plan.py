@@ -26,6 +26,12 @@ TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
 TINY_RESPONSES = 128
 LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
 PINNED_FACTOR = 1.53
+# Engine 3 (model.forward: lean3) on its own float path, per 128-response step of one update, and per evaluation:
+# reports/reference-v3's own trials (raw.tar.gz: 80 trials of 128 steps at m = 4 minibatches, two side by side
+# on the 2-core AMD EPYC) took a median perf/step_s of 1.609 s (÷ 1 + EXTRA_MINIBATCHES for one update) and a
+# median of 21.2 s per 2,500-problem evaluation (a trial's wall time less its steps, over its 5 evaluations).
+LEAN3_STEP_S = {"cumsum-long": round(1.609 / 1.33, 3)}
+LEAN3_EVAL_S = {"cumsum-long": 21.2}
 EXTRA_UPDATE = 0.73                # a step with p full passes per batch costs 1 + EXTRA_UPDATE (p - 1) of one with p = 1
 EXTRA_MINIBATCHES = 0.33           # and, split into m > 1 minibatches, 1 + EXTRA_MINIBATCHES of that (the proximal
                                    # log-probs, m - 1 more optimizer steps; measured at m = 4, benchmarks/README.md)
@@ -93,16 +99,10 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
     """The cost of running `todo` (of `trials`, whose finished steps in `trial_root` measure a step): the
     training and evaluation minutes, and for a GPU suite the projected GPU-hours."""
     lines = []
-    steps = sum(t.config.train.steps for t in todo)
-    processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
-    parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
-    step_s, source = _step_seconds(trial_root, trials)
+    steps, step_s, source, parallel, evals, eval_s = _projection(suite, trials, todo, trial_root)
     if step_s is None:
         lines.append(f"cost: {steps} steps to run; seconds per step unknown for this model (run a few steps first)")
     else:
-        evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
-        eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
-                  if trials[0].config.model.kind == "tiny" else 0.0)
         train_min = steps * step_s / parallel / 60
         lines.append(f"cost: {steps} steps x {step_s:.3f} s/step ({source}) / {parallel} parallel trials "
                      f"~ {train_min:.0f} min of training" + (
@@ -112,6 +112,29 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
     if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
         lines.append(gpu_projection(todo, suite.resources.gpu))
     return lines
+
+
+def projected_seconds(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root: Path,
+                      one_at_a_time: bool = False) -> float | None:
+    """The wall time `cost_lines` projects for running `todo` (training and, for tiny bases, evaluation),
+    ``one_at_a_time`` for a run in one process; None when seconds per step are unknown. A running suite's
+    progress line counts its ETA down from it."""
+    steps, step_s, _, parallel, evals, eval_s = _projection(suite, trials, todo, trial_root)
+    return None if step_s is None else (steps * step_s + evals * eval_s) / (1 if one_at_a_time else parallel)
+
+
+def _projection(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root: Path):
+    """(steps, s per step or None, where that came from, parallel trials, evaluations, s per evaluation)."""
+    steps = sum(t.config.train.steps for t in todo)
+    processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
+    parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
+    step_s, source = _step_seconds(trial_root, trials)
+    evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
+    eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
+              if trials[0].config.model.kind == "tiny" else 0.0)
+    if _engine3(trials):
+        eval_s = LEAN3_EVAL_S[trials[0].config.task.name]
+    return steps, step_s, source, parallel, evals, eval_s
 
 
 def model_parameters(path: str) -> tuple[float | None, str]:
@@ -156,6 +179,13 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     if measured:
         return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
     tasks = {t.config.task.name for t in trials}
+    if _engine3(trials):
+        task = next(iter(tasks))
+        step_s = statistics.mean(LEAN3_STEP_S[task] / TINY_RESPONSES * t.config.train.prompts_per_step
+                                 * t.config.group_size * _updates_factor(t.config.train) for t in trials)
+        return step_s, (f"reference-v3's {LEAN3_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step of one "
+                        f"update on engine 3 (2-core AMD EPYC, two trials side by side), scaled to this suite's "
+                        f"responses and updates per step")
     if all(t.config.model.kind == "tiny" for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
         task = next(iter(tasks))
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
@@ -174,6 +204,13 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
                            f"minibatches = {', '.join(f'{p}x{m}' for p, m in layouts)}" if layouts != [(1, 1)] else "")
                         + f", scaled to this suite's {responses:.0f} responses per step")
     return None, ""
+
+
+def _engine3(trials) -> bool:
+    """Whether every trial runs a tiny base on engine 3 (lean3) on one task with a measured engine-3 figure."""
+    tasks = {t.config.task.name for t in trials}
+    return (all(t.config.model.kind == "tiny" and t.config.model.forward == "lean3" for t in trials)
+            and len(tasks) == 1 and next(iter(tasks)) in LEAN3_STEP_S)
 
 
 def _updates_factor(train) -> float:

@@ -58,38 +58,75 @@ def count_statuses(suite_dir: Path, trial_ids: list[str]) -> dict[str, int]:
 
 
 class ProgressLine:
-    """The one-line summary a running suite shows: trials done/running/failed, steps and an ETA from
-    this run's pace. Counted from the files, so it is right across resumes and retries."""
+    """The one-line summary a running suite shows: trials done/running/failed, the trial-steps done of all
+    (each running trial's own steps beside them), and an ETA; while no step has moved, the phase the trials
+    are in (starting their workers, loading the base, evaluating step 0), read from their files. The ETA
+    counts down from the plan's projection (`projected_s`, plan.projected_seconds) until steps move, then
+    follows this run's pace. Counted from the files, so it is right across resumes and retries."""
 
-    def __init__(self, suite_dir: Path, steps_by_trial: dict[str, int]):
-        self.suite_dir, self.steps_by_trial = Path(suite_dir), steps_by_trial
+    def __init__(self, suite_dir: Path, steps_by_trial: dict[str, int], projected_s: float | None = None):
+        self.suite_dir, self.steps_by_trial, self.projected_s = Path(suite_dir), steps_by_trial, projected_s
         self.total = sum(steps_by_trial.values())
         self._t0, self._steps0 = time.time(), self.count()[1]
         self._first: tuple[float, int] | None = None     # (time, steps) when steps first moved: the pace
                                                           # excludes Ray's start-up
 
     def count(self) -> tuple[dict[str, int], int]:
-        counts: dict[str, int] = {}
-        steps = 0
-        for t, n in self.steps_by_trial.items():
-            status = status_name(read_record(self.suite_dir / t))
-            counts[status] = counts.get(status, 0) + 1
-            steps += n if status in ENDED else min(n, last_step(self.suite_dir / t))
+        counts, steps, _ = self._read()
         return counts, steps
 
+    def _read(self) -> tuple[dict[str, int], int, dict[str, TrialRecord]]:
+        counts: dict[str, int] = {}
+        steps, running = 0, {}
+        for t, n in self.steps_by_trial.items():
+            record = read_record(self.suite_dir / t)
+            status = status_name(record)
+            counts[status] = counts.get(status, 0) + 1
+            steps += n if status in ENDED else min(n, last_step(self.suite_dir / t))
+            if status == "running":
+                running[t] = record
+        return counts, steps, running
+
+    def phase(self, running: dict[str, TrialRecord]) -> str:
+        """What the trials do before their first step: a trial writes status.json once its base is loaded
+        (RunLog.start; `started_at` after this line began: started by this run) and its first eval row
+        after evaluating step 0; its directory appears when its worker takes it up."""
+        started = [t for t, r in running.items() if (r.data or {}).get("started_at", 0) >= self._t0]
+        if any(trialdir.read_evals(self.suite_dir / t) for t in started):
+            return "taking the first steps"
+        if started:
+            return "evaluating step 0 on the held-out set"
+        if any(self._taken_up(t) for t in self.steps_by_trial):
+            return "loading the base model"
+        return "starting the trials' workers"
+
+    def _taken_up(self, trial_id: str) -> bool:
+        path = self.suite_dir / trial_id
+        return path.is_dir() and path.stat().st_mtime >= self._t0
+
     def __str__(self) -> str:
-        counts, steps = self.count()
+        counts, steps, running = self._read()
         now = time.time()
         if self._first is None and steps > self._steps0:
             self._first = (now, steps)
         rate = (steps - self._first[1]) / (now - self._first[0]) if self._first and now > self._first[0] else 0.0
-        eta = _duration((self.total - steps) / rate) if rate > 0 else "?"
         elapsed = now - self._t0
+        if rate > 0:
+            eta = _duration((self.total - steps) / rate)
+        elif self.projected_s is not None:          # the plan's projection, counted down until steps move
+            left = self.projected_s - elapsed
+            eta = f"~{_duration(left)} (projected)" if left > 0 else f"? (past the projected {_duration(self.projected_s)})"
+        else:
+            eta = "?"
+        per_trial = ", ".join(f"{min(self.steps_by_trial[t], last_step(self.suite_dir / t))}/{self.steps_by_trial[t]}"
+                              for t in list(running)[:8]) + (", ..." if len(running) > 8 else "")
         parts = [f"{sum(counts.get(s, 0) for s in ENDED)}/{len(self.steps_by_trial)} trials done",
                  f"{counts.get('running', 0)} running", f"{counts.get('failed', 0)} failed"]
         if counts.get("diverged"):
             parts.append(f"{counts['diverged']} diverged")
-        return " | ".join(parts + [f"step {steps}/{self.total}", f"elapsed {_duration(elapsed)}", f"ETA {eta}"])
+        parts += [f"trial-steps {steps}/{self.total}" + (f" (running: {per_trial})" if per_trial else ""),
+                  f"elapsed {_duration(elapsed)}", f"ETA {eta}"]
+        return " | ".join(([self.phase(running)] if self._first is None else []) + parts)
 
 
 def _duration(seconds: float) -> str:
@@ -165,3 +202,17 @@ def _age(trial_dir: Path) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit} ago"
     return f"{int(seconds)}s ago"
+
+
+def run_summary(out: Path, counts: dict[str, int], reported: bool) -> str:
+    """The end of `stalebench run` (results in ``out``, results/<suite>): the trials by status, then what to
+    type next: the status, the report (or, once written, the site of every report) and the MLflow UI."""
+    from harness.store.tracking import default_tracking_uri
+    store = default_tracking_uri(out.parent).replace(f"sqlite:///{Path.cwd()}/", "sqlite:///")   # relative if under .
+    steps = [(f"stalebench status {out}", "trials by status"),
+             ("stalebench site", "reports/index.html, every suite's report") if reported else
+             (f"stalebench report {out}", "the suite's report, reports/<suite>/index.html"),
+             (f"mlflow ui --backend-store-uri {store}", "browse the trials' metrics")]
+    width = max(len(command) for command, _ in steps)
+    return "\n".join([f"results: {out}   " + ", ".join(f"{k}: {v}" for k, v in counts.items()), "next:",
+                      *(f"  {command:<{width}}   # {what}" for command, what in steps)])

@@ -1,4 +1,4 @@
-"""Real math benchmarks read from JSONL files (see shared/data/benchmarks/PROVENANCE.md).
+"""Real math benchmarks read from JSONL files (see data/benchmarks/README.md: sources, licences, sha256).
 
 Benchmarks: gsm8k, math500, aime24, amc23, minerva, olympiadbench. Each has an eval split (the
 ``*_test.jsonl`` file); only gsm8k has a train split (``gsm8k_train.jsonl``). Problems come in file
@@ -34,11 +34,15 @@ PROMPT_SUFFIX = "\nPlease reason step by step, and put your final answer within 
 _UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
 
 
+REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "benchmarks"   # the copy that ships in the repository
+
+
 def default_data_dir() -> Path:
-    """``$STALEBENCH_DATA_DIR`` if set, else ``<repo>/../shared/data/benchmarks``."""
+    """Where every reader finds the benchmark files: ``$STALEBENCH_DATA_DIR`` if set, else the repository's
+    ``data/benchmarks`` (found from a clone anywhere and from its editable install)."""
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV])
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "benchmarks"
+    return REPO_DATA_DIR
 
 
 def _gsm8k_gold(row: dict) -> str:

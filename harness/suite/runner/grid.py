@@ -24,13 +24,14 @@ from harness.config.run import ConfigError
 from harness.config.kinds import suite_kinds
 from harness.store.campaign import campaign_dir
 from harness.suite.session import SuiteSession
+from harness.suite.plan import projected_seconds
 from harness.suite.status import ProgressLine, count_statuses
 from harness.config.expand import Suite, Trial, expand, select_trials
 from harness.store.tracking import (Mirrors, TrackingUnreachable, close_suite_run, default_tracking_uri, end_orphaned_suite_runs,
                         open_suite_run, prepare_store, probe_tracking_uri, suite_mirrors, supersede_run)
 from harness.trial.lifecycle import MlflowTarget
 from harness.store.trialdir import ENDED, SUITE_FILE, SUPERSEDED, read_status
-from harness.suite.runner.console import ProgressThread, Say, printer
+from harness.suite.console import ProgressThread, Say, printer
 from harness.suite.runner.ray_tune import check_fits, fit, ray_session
 
 def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: str | None = None,
@@ -69,7 +70,8 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         interrupted = True
         try:
             steps = {t.trial_id: t.config.train.steps for t in trials}
-            with ProgressThread(ProgressLine(suite_dir, steps), progress):
+            projected = projected_seconds(suite, trials, pending, suite_dir)
+            with ProgressThread(ProgressLine(suite_dir, steps, projected), progress):
                 fit(suite, pending, suite_dir, mirrors(suite, target, Path(results_root)), say,
                     land_to=campaign_dir(suite.name) if suite.campaign else None)
             interrupted = any(read_status(suite_dir / t.trial_id).get("status") not in ENDED

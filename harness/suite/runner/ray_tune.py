@@ -29,7 +29,7 @@ from harness.store import campaign
 from harness.store.tracking import RunLog, Target
 from harness.trial.lifecycle import TrialFailed, mirror_params, run_trial
 from harness.store.trialdir import lock_path, ray_dir, read_evals, read_status
-from harness.suite.runner.console import Say
+from harness.suite.console import Say
 from harness.suite.runner.ray_train import alive_nodes, check_workers_fit, concurrent_trials, run_workers, trial_resources
 
 STORAGE_ENV = "STALEBENCH_STORAGE_PATH"    # Tune's storage_path (a shared directory or URI on a cluster)
@@ -70,6 +70,7 @@ def ray_session(address: str | None, say: Say) -> Iterator[None]:
         if owned:
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
             if address is None:
+                say(f"starting Ray ({os.cpu_count()} CPUs) ...")
                 ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
             else:                                        # the workers of a cluster do not inherit our env
                 passed = {k: v for k, v in os.environ.items() if k.startswith(("STALEBENCH_", "MLFLOW_", "WANDB_", "HF_"))}

@@ -27,7 +27,7 @@ from harness.suite.session import SuiteSession
 from harness.suite.status import last_eval
 from harness.config.expand import Trial, tune_spec, tune_split, tune_trial
 from harness.store.tracking import Target, close_suite_run
-from harness.suite.runner.console import Say, printer
+from harness.suite.console import Say, printer
 from harness.suite.runner.grid import mirrors, open_mlflow, tracking_uri
 from harness.suite.runner.ray_tune import check_fits, error_reason, fit, ray_session, run_in_worker, storage_path
 from harness.suite.runner.ray_train import alive_nodes, concurrent_trials, trial_resources

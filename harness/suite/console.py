@@ -1,4 +1,5 @@
-"""The suite runner's console: one prefixed line per event and a live progress line (stderr)."""
+"""A running suite's console (the Ray runner's, `reproduce --in-process`'s): one prefixed line per event and a
+live progress line (stderr)."""
 from __future__ import annotations
 
 import sys
