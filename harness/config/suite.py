@@ -208,8 +208,7 @@ class Suite:
     overrides_scope: str = "all"  # `stale`: overrides apply only where the trial is not on-policy (a tuned lr at
                                   # delay > 0, the base's lr in the shared delay-0 run)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
-    campaign: bool = False        # finished trials land in campaigns/<suite>/ (committed) and are restored from
-                                  # there on a new machine (harness/store/campaign.py; not trial config)
+    campaign: bool = False        # finished trials committed to campaigns/<suite>/ (store/campaign.py)
     source: str = ""              # the suite file's text (hashed for provenance)
     slice_of: str = ""            # the suite whose trials these are, cut short or fewer ("": none); its report
                                   # says so and ranks nothing (report/slice.py); not part of any trial's config
@@ -293,8 +292,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
     share = data.get("share_on_policy", False)
     if not isinstance(share, bool):
         raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
-    campaign = data.get("campaign", False)
-    if not isinstance(campaign, bool):
+    if not isinstance(campaign := data.get("campaign", False), bool):
         raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
     slice_of = data.get("slice_of", "")
     if not isinstance(slice_of, str) or (slice_of and not _NAME.match(slice_of)) or slice_of == name:
