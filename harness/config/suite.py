@@ -42,7 +42,8 @@ from harness.store.untrusted import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
               "share_on_policy", "overrides_scope", "tracking")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")   # a suite's name (and an estimator's: algorithms/registry.py),
+                                                    # matched whole (fullmatch: no trailing newline), ASCII only
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
 STATISTICS = ("iqm", "mean")            # `report.statistic`: the cells' point estimate (ReportSection)
@@ -131,6 +132,10 @@ class TuneSpec:
             raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
         if self.delay is not None and self.delay < 0:
             raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
+        for name, value in (("sampler_seed", self.sampler_seed), ("seed", self.seed), *(
+                ("seeds", s) for s in self.seeds or ())):
+            if value is not None and value < 0:               # numpy's and Optuna's generators take no negative seed
+                raise ConfigError(f"tune.{name}: must be >= 0; got {value}")
         if self.seed is not None and self.seed in seeds:
             raise ConfigError(f"tune.seed: {self.seed} is one of the suite's reported seeds {seeds}; tune on a "
                               f"seed the suite does not report (default: {1000 + max(seeds)})")
@@ -252,7 +257,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         if key not in data:
             raise _fail(where, f"missing key {key!r}")
     name = data["suite"]
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise _fail(where, f"suite: {short(name)} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
     if len(name) > MAX_NAME_CHARS:
         raise _fail(where, f"suite: the name is {len(name)} characters, over the limit of {MAX_NAME_CHARS} "
@@ -269,6 +274,8 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         raise _fail(where, f"seeds: expected a non-empty list of integers; got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise _fail(where, f"seeds: duplicate values in {seeds!r}")
+    if min(seeds) < 0:
+        raise _fail(where, f"seeds: must be >= 0 (numpy's generators take no negative seed); got {min(seeds)}")
     if isinstance(data.get("resources"), Mapping) and "workers" in data["resources"]:
         raise _fail(where, "resources.workers: set a trial's workers with train.workers in base or the grid (they "
                            "change how its rollouts are sampled, so they are part of its config); resources.cpu "
