@@ -243,3 +243,11 @@ def test_committed_reports_still_match_their_raw_trials():
         with committed_results(report) as raw:
             assert set(load_results(raw).trials["status"]) == {"completed"}
             assert differences(json.loads((report / "results.json").read_text()), raw)[0] == []
+
+
+def test_an_unreadable_status_json_is_warned_of(tmp_path):
+    """A status.json nested 100,000 deep (issue 39's corpus): shown as pending without a word before."""
+    suite = small_suite(tmp_path)
+    (suite / "m2po-d0-e0.2-g8-s0" / trialdir.STATUS).write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    status, note = notes_of(suite)["m2po-d0-e0.2-g8-s0"]
+    assert status == "invalid" and note.startswith("unreadable status.json (pending)")

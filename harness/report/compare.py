@@ -10,7 +10,9 @@ the interval excludes 0. Below the cells, per delay (and other shared key), Kend
 (``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
 machine), whether or not any single difference is resolved. B may vary grid keys A does not (the other bases
 of suites/reference-v2-bases.yaml against the main table): each of its slices is set against A's cells.
-A and B may be committed report directories: ``compare_committed`` reads their raw.tar.gz.
+A and B may be committed report directories: ``compare_committed`` reads their raw.tar.gz. A trial that breaks
+a rule of report/checks.py (the report's) is left out of its cell and named below the notes, as the report
+warns of it.
 """
 from __future__ import annotations
 

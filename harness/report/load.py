@@ -266,6 +266,8 @@ def _read_trial(trial_dir: Path, grid: dict[str, list[Any]], seeds: list[int]) -
         config, problems = None, [str(exc).replace(str(trial_dir / trialdir.CONFIG), trialdir.CONFIG)]
     problems += checks.trial_problems(raw_params or {}, config, record.status, metric_rows, eval_rows, record.data)
     problems += checks.outside_suite(raw_params or {}, trial_dir.name, grid, seeds)
+    if record.problem == "unreadable":       # damaged (the runner writes it whole): shown invalid, warned of
+        problems, status_notes = [*status_notes, *problems], []
     notes += status_notes + prov_notes + problems
     notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, trialdir.METRICS), (bad_e, trialdir.EVALS))
               if n]
