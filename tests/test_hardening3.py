@@ -16,7 +16,7 @@ from harness.report.html import build_site, records
 from harness.report.load import load_results
 from harness.report.published import differences
 from harness.report.tables import analyse
-from harness.store import safewrite, trialdir
+from harness.store import archive, safewrite, trialdir
 from tests.fixtures.synthetic_results import write_suite
 
 VICTIM = "do not overwrite me\n"
@@ -243,6 +243,11 @@ def test_committed_reports_still_match_their_raw_trials():
         with committed_results(report) as raw:
             assert set(load_results(raw).trials["status"]) == {"completed"}
             assert differences(json.loads((report / "results.json").read_text()), raw)[0] == []
+    raw = archive.open_archive(Path("reports/reference-v3/tune.raw.tar.gz"))   # tuning seeds 1000.. are the suite's
+    try:
+        assert set(load_results(raw).trials["status"]) == {"completed"}
+    finally:
+        shutil.rmtree(raw)
 
 
 def test_an_unreadable_status_json_is_warned_of(tmp_path):

@@ -200,9 +200,10 @@ def _read_suite(results_dir: Path) -> tuple[Suite, str]:
 
 def _suite_points(results_dir: Path, suite: Suite) -> tuple[dict[str, list[Any]], list[int]]:
     """The grid values and seeds a trial of ``results_dir`` may have: its suite's, and in a merged report's
-    directory (report/merge.py) the reference suite's too. A suite file that lists no ``seeds:`` (a results
-    directory written by hand) bounds no seed: seeds are [] then, which checks.outside_suite skips."""
-    grid, seeds = {k: list(v) for k, v in suite.grid.items()}, list(suite.seeds) if _lists_seeds(suite) else []
+    directory (report/merge.py) the reference suite's too; a tuned suite's tuning seeds (its tune/ trials,
+    tune.raw.tar.gz). A suite file that lists no ``seeds:`` (a results directory written by hand) bounds no
+    seed: seeds are [] then, which checks.outside_suite skips."""
+    grid, seeds = {k: list(v) for k, v in suite.grid.items()}, _seeds(suite)
     other = results_dir / trialdir.REFERENCE_SUITE
     if other.is_file():
         try:
@@ -211,13 +212,17 @@ def _suite_points(results_dir: Path, suite: Suite) -> tuple[dict[str, list[Any]]
             raise ValueError(f"{exc}; fix or re-copy it") from None
         for key, values in reference.grid.items():
             grid[key] = grid.get(key, []) + list(values) if key in grid else list(values)
-        seeds = seeds + reference.seeds if seeds and _lists_seeds(reference) else []
+        seeds = seeds + _seeds(reference) if seeds and _seeds(reference) else []
     return grid, seeds
 
 
-def _lists_seeds(suite: Suite) -> bool:
+def _seeds(suite: Suite) -> list[int]:
+    """The seeds a trial of ``suite`` may have: its reported seeds and tuning seeds; [] (any) when its file
+    lists no ``seeds:``."""
     data = load_yaml_text(suite.source, trialdir.SUITE_FILE) if suite.source else None
-    return isinstance(data, dict) and "seeds" in data
+    if not (isinstance(data, dict) and "seeds" in data):
+        return []
+    return [*suite.seeds, *(suite.tune.tune_seeds(suite) if suite.tune is not None else [])]
 
 
 def importance_summary(metric_rows: list[dict[str, Any]], trial_dir: Path) -> Importance:
@@ -331,9 +336,7 @@ def load_results(results_dir: Path) -> SuiteResults:
     for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
         if key not in trials:
             trials[key] = np.nan
-    param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in
-                  ("has_params", "status", "last_step", "error", "diverged_step", "notes", "eval_size",
-                   "config_sha256")]
+    param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in checks.REPORT_COLUMNS]
     return SuiteResults(
         path=results_dir,
         name=suite.name,

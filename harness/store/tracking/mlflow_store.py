@@ -182,7 +182,9 @@ def _file_lock(path: Path | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    with open(path, "a") as f:
+    from harness.store.safewrite import open_append
+
+    with open_append(path) as f:                 # never through a link planted under the lock's name
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
