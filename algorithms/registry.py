@@ -18,6 +18,7 @@ and turns the metrics into floats — the single place that leaves tensor land.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -84,6 +85,10 @@ def register(name: str, prepare: PrepareFn | None = None, uses_eps: bool = True,
     (see TRUST_REGIONS, CORRECTIONS, POLICIES) and `source` are optional: a plugin that omits them is listed
     and recorded as "unspecified"."""
     def deco(fn: TokenLossFn) -> TokenLossFn:
+        if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > MAX_NAME_CHARS:
+            raise ValueError(f"estimator name {name!r:.80} is not valid: ASCII letters, digits, '_', '-', '.', "
+                             f"not starting with '.', '_' or '-', at most {MAX_NAME_CHARS} characters (it names "
+                             f"trials and files)")
         if name in _REGISTRY:
             raise ValueError(f"estimator {name!r} is registered twice")
         _check_family(name, trust_region, correction, tuple(reads))
@@ -94,6 +99,10 @@ def register(name: str, prepare: PrepareFn | None = None, uses_eps: bool = True,
     return deco
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")   # an estimator's name, and a suite's (harness/config/suite.py
+MAX_NAME_CHARS = 100                                # holds the same pattern; tests/test_hardening3.py checks it):
+                                                    # ASCII (no look-alike letters), no leading dot, fullmatch
+                                                    # (no trailing newline, which `$` lets through)
 PLUGIN_GROUP = "stalebench.estimators"     # entry points: name = "package.module" (imported to register)
 PLUGIN_ENV = "STALEBENCH_PLUGINS"           # comma-separated modules to import (set by `--plugin`)
 

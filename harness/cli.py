@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, os_error_line
 
 
 SUITE_HELP = "a suite file, a suite name under suites/ (quickstart), or a results directory (results/quickstart)"
@@ -360,11 +360,11 @@ COMMANDS = {"run": _cmd_run, "train": _cmd_train, "check": _cmd_check, "status":
 
 
 def _one_line(exc: BaseException) -> str:
-    """The first line of an error, control characters escaped (a path or a plugin's message may hold
-    terminal escape codes), never empty."""
+    """The first line of an error (a file-system error: its path and cause, errors.os_error_line), control
+    characters escaped (a path or a plugin's message may hold terminal escape codes), never empty."""
     from harness.store.untrusted import one_line
-    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return one_line(text, 2000)
+    text = str(exc) if not isinstance(exc, OSError) or exc.errno is None else os_error_line(exc)
+    return one_line(text.splitlines()[0] if text.strip() else type(exc).__name__, 2000)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,11 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
-        print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
-        return 2
     except BrokenPipeError:                      # output piped into `head` and closed
         return 0
+    except (ConfigError, ValueError, OSError) as exc:   # OSError: a missing path, a full disk, a read-only folder
+        print(f"stalebench: {_one_line(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("stalebench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

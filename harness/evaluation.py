@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 
 from harness.store import trialdir
+from harness.store.safewrite import open_atomic, write_file
 from harness.tasks import registered, task_entry, task_from_config
 from harness.tasks.benchmarks import default_data_dir
 from harness.tasks.lm_eval_adapters import (  # noqa: F401 — re-exported: the task functions
@@ -234,7 +235,7 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
     for name in benchmarks:
         task = TASK_PREFIX + name
         rows = [_sample_row(s) for s in sorted(res["samples"][task], key=lambda s: s["doc_id"])]
-        with (out / f"samples_{name}.jsonl").open("w", encoding="utf-8") as f:
+        with open_atomic(out / f"samples_{name}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         stderr = res["results"][task].get("acc_stderr,none")          # "N/A" when n == 1
         scores[name] = {"acc": res["results"][task]["acc,none"],
@@ -248,7 +249,7 @@ def run_eval(model_path: Path, benchmarks: list[str], out_dir: Path, limit: int 
         "lm_eval_configs": res.get("configs", {}),
     }
     results_path = out / trialdir.BENCHMARK_RESULTS
-    results_path.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    write_file(results_path, json.dumps(summary, indent=1, default=str))
 
     if mlflow_run_id:
         from harness.store.tracking import default_tracking_uri, log_metrics_to_run

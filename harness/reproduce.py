@@ -36,7 +36,6 @@ first trial).
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -237,33 +236,24 @@ def _checked(trial: Trial, committed: Path, rerun: Path, steps: int | None) -> T
 
 
 def published(report_dir: Path, committed: Path) -> list[tuple[str, str, str]]:
-    """A verdict row for REPORT_DIR's results.json (when it has one): every trial's published final accuracy
-    must be the one its raw trials give (scored as the report scores it), and the same trials must be in
-    both; "matches", "DIFFERS" (naming the first trial) or "unreadable". The published numbers are what
-    readers cite: a results.json edited after rendering is caught here."""
+    """A verdict row for REPORT_DIR's results.json (when it has one): every published trial's final accuracy
+    and every number of its cells and leaderboard must be the one its raw trials give (report/published.py),
+    each trial listed once; "matches", "DIFFERS" (naming the first value) or "unreadable". The published
+    numbers are what readers cite: a results.json edited after rendering is caught here."""
+    from harness.report.published import differences
+
     path = report_dir / BUNDLE
     if not path.is_file():
         return []
     try:
-        bundle = read_json_file(path, BUNDLE, MAX_BUNDLE_BYTES)
-        trials = bundle["trials"] if isinstance(bundle, dict) else None
-        if not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
-            raise ValueError("no list of trial records under 'trials'")
-        shown = {str(t.get("trial_id")): t.get("final_acc") for t in trials}
+        wrong, n = differences(read_json_file(path, BUNDLE, MAX_BUNDLE_BYTES), committed)
     except (ValueError, KeyError) as exc:
         return [(BUNDLE, "unreadable", short(str(exc).replace(str(path), BUNDLE), 160)[1:-1])]
-    raw = _finals(committed)
-    wrong = []
-    for tid in sorted(set(raw) | set(shown)):
-        a, b = shown.get(tid, "absent"), raw.get(tid, "absent")
-        same = (a is None and isinstance(b, float) and math.isnan(b)) or (
-            isinstance(a, (int, float)) and not isinstance(a, bool) and isinstance(b, float) and abs(a - b) <= 1e-12)
-        if not same:
-            wrong.append(f"trial {short(tid, 60)[1:-1]}: final_acc {short(a, 30)} published, {short(b, 30)} from the raw trials")
     if wrong:
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
         return [(BUNDLE, "DIFFERS", wrong[0] + more)]
-    return [(BUNDLE, "matches", f"{len(raw)} trials' published final accuracy equals their raw trials'")]
+    return [(BUNDLE, "matches", f"{n} trials' final accuracy and every number of the cells and leaderboard equal "
+                                f"the raw trials'")]
 
 
 Runner = Callable[[Suite, list[Trial], Path], None]

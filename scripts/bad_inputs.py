@@ -57,8 +57,9 @@ class Case:
     argv: list[str]                       # after `python -m harness.cli`; {d} is the case's directory
     files: dict[str, str | bytes] = field(default_factory=dict)   # relative path -> content
     setup: Callable[[Path], None] | None = None
-    expect: str = "refused"               # refused: exit 2, one line | shown: exit 0, no traceback
-    env: dict[str, str] = field(default_factory=dict)
+    expect: str = "refused"               # refused: exit 2, one line | shown: exit 0, no traceback | warned:
+    env: dict[str, str] = field(default_factory=dict)    # shown, with a "warning: ... not counted" line
+    after: Callable[[Path], str | None] | None = None    # a check once it ran: a problem, or None
 
 
 def closed_port() -> int:
@@ -249,6 +250,7 @@ def cases() -> list[Case]:
               ("non-numeric", json.dumps({"step": 1, "versions": ["x"] * 16}) + "\n"),
               ("too short", json.dumps({"step": 1, "versions": [0] * 16}) + "\n")]],
         *ring2(),
+        *__import__("bad_inputs_ring3").ring3(),
     ]
     return c
 
@@ -413,13 +415,15 @@ class Result:
     lines: int
     traceback: bool
     seconds: float
+    warned: bool = False
+    problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        if self.traceback:
+        if self.traceback or self.problem:
             return False
-        if self.case.expect == "shown":
-            return self.rc == 0
+        if self.case.expect in ("shown", "warned"):
+            return self.rc == 0 and (self.warned or self.case.expect == "shown")
         return self.rc == 2 and self.lines == 1
 
 
@@ -444,7 +448,8 @@ def run_case(case: Case, timeout_s: float) -> Result:
         err = err.replace(str(d) + "/", "").replace(str(d), ".")
         lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[stalebench]")]
         return Result(case, rc, lines[0] if len(lines) == 1 else " / ".join(lines[-2:]), len(lines),
-                      "Traceback" in err, time.time() - start)
+                      "Traceback" in err, time.time() - start, "not counted" in err,
+                      case.after(d) if case.after else None)
 
 
 def _cell(text: str, limit: int) -> str:
@@ -471,11 +476,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|------|---------|------|----------------------------|---|----|")
     for i, r in enumerate(results, 1):
         shown = r.line if r.case.expect == "refused" or r.lines else "(nothing on stderr; the table is shown)"
+        shown = f"{r.problem}: {shown}" if r.problem else shown
         print(f"| {i} | {_cell(r.case.kind, 45)} | `{_command(r.case)}` | {r.rc} | {_cell(shown, 160)} | "
               f"{r.seconds:.0f} | {'yes' if r.ok else 'NO'} |")
     refused = [r for r in results if r.case.expect == "refused"]
     one_line = sum(r.rc == 2 and r.lines == 1 and not r.traceback for r in refused)
-    shown = [r for r in results if r.case.expect == "shown"]
+    shown = [r for r in results if r.case.expect in ("shown", "warned")]
     print(f"\n{len(results)} cases: {sum(r.ok for r in results)} ok; {one_line}/{len(refused)} refused with exit 2 and "
           f"one line, no traceback; {sum(r.ok for r in shown)}/{len(shown)} hostile result files shown without a "
           f"traceback; {sum(r.traceback for r in results)} tracebacks; {sum(r.rc == 124 for r in results)} timeouts")

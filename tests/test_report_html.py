@@ -33,6 +33,9 @@ def make_results(root: Path) -> Path:
     suite = write_suite(root, NAME, ("grpo", "gmc_grpo", "m2po"), (0, 8), (0, 1), collapse_delay=8,
                         suite_extra={"notes": f"{HOSTILE} <img src=x onerror=alert(2)> notes", "report": {"collapse": {
                             "patience": 2}}})
+    suite_file = suite / "suite.yaml"                     # the seed-2 trials below are of the suite's seeds
+    suite_file.write_text(suite_file.read_text().replace("seeds:\n- 0\n- 1\n", "seeds:\n- 0\n- 1\n- 2\n"))
+    assert "- 2\n" in suite_file.read_text()
     base = {"eps": 0.2, "group_size": 8}
     write_trial(suite, {"trial_id": "m2po-d8-s2", "algorithm": "m2po", "delay": 8, "seed": 2, **base},
                 [{"step": 1, "loss/value": 0.1}], None,

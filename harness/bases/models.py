@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from harness.store.safewrite import open_append
 from harness.bases import BASES_DIR, MANIFEST, BaseModelError, read_manifest, sha256_file
 from harness.store.provenance import cpu_name
 
@@ -153,7 +154,7 @@ def record_candidate(recipe: BaseRecipe, record: dict, reasons: list[str]) -> No
     """Append one line to harness/bases/candidates.jsonl: every candidate built, accepted or not, and why."""
     line = {"name": recipe.name, "recipe": asdict(recipe), "accepted": not reasons, "reasons": reasons, **record,
             "cpu": cpu_name(), "torch": torch.__version__, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    with open(CANDIDATES, "a") as f:
+    with open_append(CANDIDATES) as f:
         f.write(json.dumps(line) + "\n")
 
 

@@ -289,12 +289,22 @@ def _on_policy(suite: Suite, point: Mapping[str, Any], overrides: Mapping[str, A
 
 
 def matching(trials: list[Trial], spec: str, flag: str = "--trial") -> list[Trial]:
-    """The trials matching 'key=value,...' (keys: grid keys, dotted config keys, `id`)."""
+    """The trials matching 'key=value,...' (keys: grid keys, dotted config keys, `id`); a value is read as
+    YAML and compared as the setting's type (seed=true is not seed 1). An empty filter (it would select every
+    trial) and a key given twice (only its last value counted) are refused."""
     want = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
+    parts = [p.strip() for p in spec.split(",")]
+    if not any(parts):
+        raise ConfigError(f"{flag} {short(spec)}: an empty filter would select every trial; give key=value "
+                          f"(e.g. 'algorithm=gmc_grpo,delay=16,seed=0'), or leave {flag} out")
+    for part in filter(None, parts):
         key, sep, value = part.partition("=")
-        if not sep:
+        if not sep or not key.strip():
             raise ConfigError(f"{flag}: {short(part)} is not key=value (e.g. 'algorithm=gmc_grpo,delay=16,seed=0')")
+        if key.strip() in want:
+            raise ConfigError(f"{flag} {short(spec)}: key {short(key.strip())} is given twice; one filter holds each "
+                              f"key once (repeat {flag} to select several values: {flag} algorithm=grpo {flag} "
+                              f"algorithm=m2po)")
         want[key.strip()] = load_yaml_text(value, f"{flag} value {short(part)}")
     return [t for t in trials if all(_match(t, k, v) for k, v in want.items())]
 
@@ -328,4 +338,6 @@ def _match(trial: Trial, key: str, value: Any) -> bool:
         if not isinstance(flat, Mapping) or part not in flat:
             return False
         flat = flat[part]
+    if isinstance(flat, bool) != isinstance(value, bool):     # true is not 1, nor 0 false
+        return False
     return flat == value or str(flat) == str(value)

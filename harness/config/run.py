@@ -166,6 +166,9 @@ class TrainConfig:
             raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
         for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
             _positive(f"{key}.{name}", getattr(self, name), strict=False)
+        for name in ("beta1", "beta2"):               # Adam's decay rates: torch refuses anything outside [0, 1)
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{key}.{name}: must be in [0, 1) (Adam's decay rate); got {getattr(self, name)}")
         if self.micro_batch_size is not None:
             _positive(f"{key}.micro_batch_size", self.micro_batch_size)
         from algorithms import AGGREGATIONS, ADVANTAGE_MODES
@@ -189,6 +192,8 @@ class EvalConfig:
     def validate(self, key: str) -> None:
         _positive(f"{key}.every_steps", self.every_steps)
         _positive(f"{key}.pass_k", self.pass_k, strict=False)
+        if self.size is not None:
+            _positive(f"{key}.size", self.size)
         _choice(f"{key}.split", self.split, EVAL_SPLITS)
 
 
@@ -253,6 +258,7 @@ class RunConfig:
         else:
             _positive("delay", self.delay, strict=False)
         _positive("eps", self.eps)
+        _positive("seed", self.seed, strict=False)    # numpy's generators take no negative seed
         if self.group_size < 2:
             raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
         for f in fields(self):                 # each section validates its own keys

@@ -25,7 +25,6 @@ Every problem is a one-line ConfigError naming the key. What needs a resolved, v
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, Mapping
 import yaml
 
 from harness.config.run import DEFAULT_ESTIMATOR, RunConfig
+from harness.config.tune import TuneSpec
 
 from harness.config.dicts import from_dict, to_dict
 from harness.errors import ConfigError
@@ -44,16 +44,14 @@ from harness.store.untrusted import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
               "share_on_policy", "overrides_scope", "tracking", "campaign", "slice_of")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")   # a suite's name (and an estimator's: algorithms/registry.py),
+                                                    # matched whole (fullmatch: no trailing newline), ASCII only
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
 STATISTICS = ("iqm", "mean")            # `report.statistic`: the cells' point estimate (ReportSection)
 DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
 OVERRIDES_SCOPES = ("all", "stale")   # where `overrides:` apply: every trial, or the stale ones only
 MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
-TUNE_METHODS = ("tpe", "grid")               # tune.method
-TUNE_SPLITS = ("auto", "validation", "test")  # tune.split
-MAX_TUNE_POINTS = 100                         # tune.points: more is a typo, not a grid anyone runs
 
 
 @dataclass(frozen=True)
@@ -91,105 +89,6 @@ class ReportSection:
     collapse: CollapseRules = field(default_factory=CollapseRules)
     baseline: str = DEFAULT_BASELINE
     statistic: str = "iqm"
-
-
-@dataclass(frozen=True)
-class TuneSpec:
-    """The `tune:` section (read by `stalebench tune`, runner/search.py)."""
-    param: str = "train.lr"                # a float run-config setting, searched log-uniformly
-    low: float = 0.0                       # the range [low, high], 0 < low < high (required)
-    high: float = 0.0
-    trials_per_algorithm: int = 8          # the same budget for every estimator
-    metric: str = "eval/acc"               # objective: this metric in the last row of the trial's eval.jsonl
-    mode: str = "max"                      # max | min
-    sampler_seed: int = 0                  # Optuna TPE sampler seed (every estimator gets the same one)
-    delay: int | None = None               # the delay tuned at (default: the grid's largest). Not 0 with one
-                                           # update per batch: there every estimator's gradient equals grpo's
-    seed: int | None = None                # the tuning seed (default: 1000 + the suite's largest seed); never one
-                                           # of the suite's seeds, so a tuned value is never scored on a reported run
-    seeds: tuple[int, ...] | None = None   # several tuning seeds (default: [seed]); a value's objective is the mean
-                                           # over them; none may be a reported seed
-    method: str = "tpe"                    # tpe: Optuna proposes trials_per_algorithm values | grid: `points` values
-    points: int = 6                        # grid: log-spaced from low to high inclusive, 4 significant digits
-    max_extend: int = 2                    # grid: points added beyond an edge where the best value lies, at most
-    max_refine: int = 0                    # grid: midpoints added where the objective falls off a cliff beside the
-    cliff: float = 0.1                     #   best value (by more than `cliff`), at most (benchmark v4)
-    split: str = "auto"                    # the split tuning trials evaluate on: auto (validation where the task has
-                                           # one, else test) | validation | test
-
-    def validate(self, base: RunConfig, seeds: list[int]) -> None:
-        if not 0 < self.low < self.high:
-            raise ConfigError(f"tune.low, tune.high: need 0 < low < high (a log-uniform range); got {self.low}, {self.high}")
-        if self.trials_per_algorithm < 1:
-            raise ConfigError(f"tune.trials_per_algorithm: must be >= 1; got {self.trials_per_algorithm}")
-        if self.mode not in ("max", "min"):
-            raise ConfigError(f"tune.mode: {self.mode!r} is not valid; choose one of max, min")
-        if not self.metric:
-            raise ConfigError("tune.metric: must name an eval metric, e.g. eval/acc")
-        value: Any = base
-        for part in self.param.split("."):
-            if not hasattr(value, part.replace("async", "async_")):
-                raise ConfigError(f"tune.param: {self.param!r} is not a run-config key (e.g. train.lr)")
-            value = getattr(value, part.replace("async", "async_"))
-        if not isinstance(value, float):
-            raise ConfigError(f"tune.param: {self.param!r} must be a float setting (e.g. train.lr); got {value!r}")
-        if self.delay is not None and self.delay < 0:
-            raise ConfigError(f"tune.delay: must be >= 0; got {self.delay}")
-        if self.seed is not None and self.seed in seeds:
-            raise ConfigError(f"tune.seed: {self.seed} is one of the suite's reported seeds {seeds}; tune on a "
-                              f"seed the suite does not report (default: {1000 + max(seeds)})")
-        self._validate_protocol(seeds)
-
-    def _validate_protocol(self, seeds: list[int]) -> None:
-        """The grid, the tuning seeds and the split (the protocol of benchmark v3)."""
-        for key, value, valid in (("method", self.method, TUNE_METHODS), ("split", self.split, TUNE_SPLITS)):
-            if value not in valid:
-                raise ConfigError(f"tune.{key}: {short(value)} is not valid; choose one of {', '.join(valid)}")
-        if self.seeds is not None:
-            if self.seed is not None:
-                raise ConfigError("tune.seed, tune.seeds: set one (tune.seeds lists every tuning seed)")
-            if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-                raise ConfigError(f"tune.seeds: expected a non-empty list of distinct integers; got {list(self.seeds)}")
-            reported = sorted(set(self.seeds) & set(seeds))
-            if reported:
-                raise ConfigError(f"tune.seeds: {reported[0]} is one of the suite's reported seeds {seeds}; tune on "
-                                  f"seeds the suite does not report")
-        if not 2 <= self.points <= MAX_TUNE_POINTS:
-            raise ConfigError(f"tune.points: a grid needs 2 to {MAX_TUNE_POINTS} points (low and high included); "
-                              f"got {self.points}")
-        if self.max_refine < 0 or not self.cliff > 0:
-            raise ConfigError(f"tune.max_refine, tune.cliff: need max_refine >= 0 and cliff > 0; got "
-                              f"{self.max_refine}, {self.cliff}")
-        if self.max_extend < 0:
-            raise ConfigError(f"tune.max_extend: must be >= 0 (points added beyond an edge); got {self.max_extend}")
-        values = self.grid_values() if self.method == "grid" else []
-        if len(set(values)) != len(values):
-            raise ConfigError(f"tune.points: {self.points} points in [{self.low:g}, {self.high:g}] repeat at 4 "
-                              f"significant digits; use fewer points or a wider range")
-
-    def tune_seeds(self, suite: Suite) -> list[int]:
-        """The tuning seeds: `tune.seeds`, else the one `tune_seed`."""
-        return list(self.seeds) if self.seeds is not None else [self.tune_seed(suite)]
-
-    def grid_values(self, below: int = 0, above: int = 0) -> list[float]:
-        """The grid: `points` values log-spaced from low to high inclusive, with `below` and `above` more at
-        the same log step beyond each edge, each rounded to 4 significant digits (readable trial ids and YAML).
-        Point k is low * r**k with r = (high / low) ** (1 / (points - 1)), k = -below .. points - 1 + above."""
-        step = math.log(self.high / self.low) / (self.points - 1)
-        return [float(f"{self.low * math.exp(k * step):.4g}") for k in range(-below, self.points + above)]
-
-    def tune_seed(self, suite: Suite) -> int:
-        return self.seed if self.seed is not None else 1000 + max(suite.seeds)
-
-    def tune_delay(self, suite: Suite) -> int:
-        """The delay the tuning trials run at: `tune.delay`, else the suite's largest integer delay."""
-        if self.delay is not None:
-            return self.delay
-        delays = suite.grid.get("delay", [suite.base.get("delay", 0)])
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in delays):
-            raise ConfigError("tune.delay: the suite's delays include a delay law or trace; set tune.delay to the "
-                              "integer delay to tune at")
-        return max([0, *delays])
 
 
 @dataclass(frozen=True)
@@ -263,7 +162,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         if key not in data:
             raise _fail(where, f"missing key {key!r}")
     name = data["suite"]
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise _fail(where, f"suite: {short(name)} is not a valid name (letters, digits, '_', '-', '.'; it names a directory)")
     if len(name) > MAX_NAME_CHARS:
         raise _fail(where, f"suite: the name is {len(name)} characters, over the limit of {MAX_NAME_CHARS} "
@@ -280,6 +179,8 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         raise _fail(where, f"seeds: expected a non-empty list of integers; got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise _fail(where, f"seeds: duplicate values in {seeds!r}")
+    if min(seeds) < 0:
+        raise _fail(where, f"seeds: must be >= 0 (numpy's generators take no negative seed); got {min(seeds)}")
     if isinstance(data.get("resources"), Mapping) and "workers" in data["resources"]:
         raise _fail(where, "resources.workers: set a trial's workers with train.workers in base or the grid (they "
                            "change how its rollouts are sampled, so they are part of its config); resources.cpu "
@@ -295,7 +196,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
     if not isinstance(campaign := data.get("campaign", False), bool):
         raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
     slice_of = data.get("slice_of", "")
-    if not isinstance(slice_of, str) or (slice_of and not _NAME.match(slice_of)) or slice_of == name:
+    if not isinstance(slice_of, str) or (slice_of and not NAME.fullmatch(slice_of)) or slice_of == name:
         raise _fail(where, f"slice_of: expected the name of the suite this one is a slice of (e.g. reference-v3), "
                            f"not this suite's own; got {short(slice_of)}")
     scope = data.get("overrides_scope", "all")

@@ -17,6 +17,7 @@ from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 from harness.report.plotting import DPI, MIN_WIDTH_IN, Style, estimator_style
 from harness.config.suite import DEFAULT_BASELINE
 from harness.lab.results import LabTrial, bias_ci
+from harness.store.safewrite import open_atomic
 
 Styles = dict[str, Style]         # estimator -> colour and marker: the report's table (plotting.estimator_style)
 
@@ -51,7 +52,8 @@ def _save(fig: Figure, out_dir: Path, name: str) -> str:
     for ax, handles, labels, ncol in moved:
         below = -0.46 / (ax.get_position().height * total)       # 0.46 in under the axes: past the x label
         ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, below), ncol=ncol, frameon=False, fontsize=7)
-    fig.savefig(out_dir / name, dpi=DPI)
+    with open_atomic(out_dir / name) as f:
+        fig.savefig(f, format=Path(name).suffix[1:], dpi=DPI)
     return name
 
 

@@ -21,6 +21,7 @@ from harness.config.dicts import to_dict
 from harness.errors import ConfigError
 from harness.config.suite import Suite, read_suite_yaml
 from harness.store.trialdir import LAB_DIR, suite_file
+from harness.store.safewrite import write_file
 
 SWEEP_FILE = Path(LAB_DIR) / "sweeps.json"
 SWEEP_VERSION = 5             # 5: estimators chosen and judged by family (the data holds `families`)
@@ -66,7 +67,5 @@ def read_sweeps(results_dir: Path, inputs: dict[str, Any]) -> tuple[dict[str, An
 def write_sweeps(results_dir: Path, inputs: dict[str, Any], data: dict[str, Any]) -> Path:
     path = Path(results_dir) / SWEEP_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"key": sweep_key(inputs), "inputs": inputs, "data": data}))
-    tmp.replace(path)
+    write_file(path, json.dumps({"key": sweep_key(inputs), "inputs": inputs, "data": data}))
     return path

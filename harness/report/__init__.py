@@ -5,7 +5,31 @@ and a versioned results.json; ``build_site(reports_root)`` writes reports/index.
 ``closing_table(index_html)`` returns the plain-text paper table for ``stalebench report`` to print.
 """
 
-from harness.report.html import build_report, build_site
-from harness.report.paper import closing_table
+import os
+import stat
+import tempfile
+
+
+def _matplotlib_dir() -> str:
+    """A folder of this user's under the temporary folder for matplotlib's font cache (kept between runs),
+    or a fresh one when that name is taken by a link or another user."""
+    path = os.path.join(tempfile.gettempdir(), f"stalebench-mpl-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="stalebench-mpl-")
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return tempfile.mkdtemp(prefix="stalebench-mpl-")
+    return path
+
+
+if "MPLCONFIGDIR" not in os.environ:    # matplotlib's font cache in a temporary folder, not the user's ~/.cache
+    os.environ["MPLCONFIGDIR"] = _matplotlib_dir()
+
+from harness.report.html import build_report, build_site  # noqa: E402 — after MPLCONFIGDIR
+from harness.report.paper import closing_table  # noqa: E402
 
 __all__ = ["build_report", "build_site", "closing_table"]

@@ -8,7 +8,14 @@ warnings); its cell's status counts say so, and its numbers are never used (tabl
   0..train.steps (step 0: the evaluation before training); ``train.steps`` from config.yaml, when it has one;
 - every ``eval/acc`` is a finite number in [0, 1] (a NaN last evaluation must not fall back to the one
   before it, nor 7.5 become an accuracy);
-- a completed trial has metrics rows and an evaluation (it is not a seed otherwise);
+- a completed trial has metrics rows and its final evaluation: an ``eval/acc`` at the step it completed
+  (status.json's ``step``, else train.steps), which the trainer always writes; a torn or missing last
+  row must not leave the trial counted with an earlier evaluation;
+- a diverged trial's ``diverged_step``, when recorded, is an integer in 0..train.steps (else status.json's step);
+- the trial is one of the suite's: its seed in ``seeds:``, each grid key it names at one of the grid's
+  values, and params.json's ``trial_id`` its directory's name (``outside_suite``: a trial copied under
+  another name or with another seed is not another seed);
+- params.json names no column the report computes (``final_acc``, ``collapsed``, ...: REPORT_COLUMNS);
 - params.json agrees with config.yaml on every key both hold (a trial whose params say grpo and whose
   config runs another estimator is neither);
 - one trial per (config, seed): a trial whose config.yaml is another trial's, byte for byte once parsed
@@ -17,7 +24,7 @@ warnings); its cell's status counts say so, and its numbers are never used (tabl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.store import trialdir
@@ -26,6 +33,9 @@ from harness.store.untrusted import short
 ACC_KEY = "eval/acc"
 INVALID = "invalid"                                    # the status a trial that breaks a rule is shown with
 NOT_SETTINGS = ("trial_id", "ignored", "stands_for")   # params.json keys that are not config settings
+REPORT_COLUMNS = ("start_acc", "final_acc", "best_acc", "auc_acc", "n_evals", "diverged_at", "collapsed",
+                  "collapse_step", "collapse_reason", "has_params", "status", "last_step", "error",
+                  "diverged_step", "notes", "eval_size", "config_sha256")   # what the report computes per trial
 
 
 def _int(value: Any) -> bool:
@@ -55,17 +65,63 @@ def row_problems(name: str, rows: list[dict[str, Any]], first: int, last: int | 
 
 
 def trial_problems(params: Mapping[str, Any], config: Mapping[str, Any] | None, status: str,
-                   metric_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]]) -> list[str]:
-    """Every rule of the module docstring a trial breaks (but the duplicate rule), one note each."""
-    steps = _steps(config)
+                   metric_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]],
+                   recorded: Mapping[str, Any] | None = None) -> list[str]:
+    """Every rule of the module docstring a trial breaks (but the duplicate and suite rules), one note
+    each. ``recorded``: status.json as written (its ``step`` and ``diverged_step``)."""
+    steps, recorded = _steps(config), recorded or {}
     out = row_problems(trialdir.METRICS, metric_rows, 1, steps) + row_problems(trialdir.EVALS, eval_rows, 0, steps)
+    reached = recorded.get("step") if _int(recorded.get("step")) else steps
     if status == "completed" and not metric_rows:
         out.append(f"completed, but {trialdir.METRICS} holds no rows")
     elif status == "completed" and not any(ACC_KEY in r for r in eval_rows):
         out.append(f"completed, but {trialdir.EVALS} holds no {ACC_KEY}")
+    elif status == "completed" and reached is not None and not any(
+            r.get("step") == reached and ACC_KEY in r for r in eval_rows):
+        last = max((r["step"] for r in eval_rows if _int(r.get("step")) and ACC_KEY in r), default=None)
+        out.append(f"completed at step {reached}, but {trialdir.EVALS} has no {ACC_KEY} there (the last at step "
+                   f"{last}; a torn or lost final row?)")
+    diverged = recorded.get("diverged_step")
+    top = steps if steps is not None else (reached if _int(reached) else None)
+    if status == "diverged" and diverged is not None and not (
+            _int(diverged) and 0 <= diverged and (top is None or diverged <= top)):
+        out.append(f"{trialdir.STATUS} diverged_step {_show(diverged)} is not an integer in 0..{top or 'steps'}")
+    taken = sorted(set(params) & set(REPORT_COLUMNS))
+    if taken:
+        out.append(f"{trialdir.PARAMS} key {_show(taken[0])} is a column the report computes; remove it")
     if config is not None:
         out += params_problems(params, config)
     return out
+
+
+def outside_suite(params: Mapping[str, Any], trial_id: str, grid: Mapping[str, list[Any]],
+                  seeds: list[int]) -> list[str]:
+    """Notes for a trial that is not one of its suite's (module docstring): its seed, a grid value or its
+    trial_id. ``params``: params.json as read ({}: none, which its own note reports); ``seeds`` []: any seed."""
+    if not params:
+        return []
+    out = []
+    if seeds and "seed" in params and not any(_same(params["seed"], s) for s in seeds):
+        out.append(f"seed {_show(params['seed'])} is not one of the suite's seeds {_show(list(seeds))}")
+    for key, values in grid.items():
+        if key in params and not any(_same(params[key], v) for v in values):
+            out.append(f"{key}={_show(params[key])} is not a value of the suite's grid")
+    named = params.get("trial_id")
+    if named is not None and named != trial_id:
+        out.append(f"{trialdir.PARAMS} trial_id {_show(named)} is not the directory's name")
+    return out
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    """A params.json value equals a suite value: of the same kind (True is not 1) and equal."""
+    if isinstance(value, bool) != isinstance(wanted, bool) or isinstance(value, str) != isinstance(wanted, str):
+        return False
+    return value == wanted
+
+
+def not_counted(trial_ids: Iterable[str], notes: Iterable[str]) -> list[str]:
+    """One line per invalid trial, what the report's warnings and `compare` print: "trial X is not counted: ..."."""
+    return [f"trial {t} is not counted: {n}" for t, n in zip(trial_ids, notes)]
 
 
 def params_problems(params: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:

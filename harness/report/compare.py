@@ -10,7 +10,9 @@ the interval excludes 0. Below the cells, per delay (and other shared key), Kend
 (``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
 machine), whether or not any single difference is resolved. B may vary grid keys A does not (the other bases
 of suites/reference-v2-bases.yaml against the main table): each of its slices is set against A's cells.
-A and B may be committed report directories: ``compare_committed`` reads their raw.tar.gz.
+A and B may be committed report directories: ``compare_committed`` reads their raw.tar.gz. A trial that breaks
+a rule of report/checks.py (the report's) is left out of its cell and named below the notes, as the report
+warns of it.
 """
 from __future__ import annotations
 
@@ -19,13 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.report import stats
+from harness.report import checks, stats
 from harness.report.load import load_results
 from harness.report.tables import FINISHED, analyse
 from harness.store.archive import committed_results
+from harness.store.untrusted import one_line
 
 
-def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str], str]:
+def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str], str, list[str]]:
+    """The suite's name, its cells' per-seed final accuracies, its cell keys, its statistic, and one line per
+    invalid trial left out (report/checks.py: the report's rules, and its words)."""
     res = load_results(Path(results_dir))
     a = analyse(res)
     keys = ["algorithm", "delay", *a.other]
@@ -34,15 +39,16 @@ def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str],
     for values, group in done.groupby(keys, dropna=False, sort=True):
         values = values if isinstance(values, tuple) else (values,)
         cells[tuple(values)] = group["final_acc"].to_numpy(dtype=float)
-    return res.name, cells, keys, res.settings.statistic
+    bad = a.trials[a.trials["status"] == checks.INVALID]
+    return res.name, cells, keys, res.settings.statistic, checks.not_counted(bad["trial_id"], bad["notes"])
 
 
 def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> str:
     """The side-by-side text; LABELS name A and B in it (default: the directories), e.g. the committed
     report directories whose raw.tar.gz were unpacked into A and B."""
     label_a, label_b = labels or (str(a_dir), str(b_dir))
-    name_a, cells_a, keys_a, statistic = _finals(a_dir)
-    name_b, cells_b, keys_b, statistic_b = _finals(b_dir)
+    name_a, cells_a, keys_a, statistic, dropped_a = _finals(a_dir)
+    name_b, cells_b, keys_b, statistic_b, dropped_b = _finals(b_dir)
     if statistic_b != statistic:
         raise ValueError(f"{label_a} prints the {statistic} and {label_b} the {statistic_b} of each cell "
                          f"(report.statistic); compare suites whose reports print the same statistic")
@@ -82,6 +88,10 @@ def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> 
              ("Difference: mean, Welch t interval" if statistic == "mean" else
               "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval)")
              + "; 'differs' = the interval excludes 0."]
+    for side, dropped in (("A", dropped_a), ("B", dropped_b)):
+        if dropped:
+            more = f" (and {len(dropped) - 3} more)" if len(dropped) > 3 else ""
+            notes.append(f"{side}: {len(dropped)} invalid trial(s) left out: " + one_line("; ".join(dropped[:3]), 600) + more)
     return "\n".join([*notes, line(head), *map(line, rows), *taus])
 
 

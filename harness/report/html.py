@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness.registry import FIGURES
+from harness.store.archive import ARCHIVE_NAME, TUNE_ARCHIVE_NAME
+from harness.store.safewrite import write_file
 from harness.store.untrusted import display, one_line
 from harness.store.untrusted_json import read_json_file
 from harness.report import figures as fig
@@ -68,8 +70,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as results.json holds them (JSON types; NaN as null)."""
     return _jsonable(df.to_dict(orient="records"))
+
+
+_records = records
 
 
 def build_report(results_dir: Path, out_dir: Path | None = None,
@@ -110,10 +116,9 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     context["staleness_note"] = regime.staleness_note(labels)
     context["slice"] = slice_header(res.suite, a.trials, [k for k in res.param_keys if k != "seed"])
     page = _env().get_template("report.html.j2").render(**context)
-    (out_dir / "index.html").write_text(page, encoding="utf-8")
-    a.board.to_csv(out_dir / "leaderboard.csv", index=False)
-    a.cells.to_csv(out_dir / "cells.csv", index=False)
-    a.trials.to_csv(out_dir / "trials.csv", index=False)
+    write_file(out_dir / "index.html", page)
+    for name, frame in (("leaderboard.csv", a.board), ("cells.csv", a.cells), ("trials.csv", a.trials)):
+        write_file(out_dir / name, frame.to_csv(index=False))
     bundle = {
         "schema_version": SCHEMA_VERSION,
         "suite": res.name,
@@ -138,8 +143,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
                        "missing": prov.n_missing, "started_utc": prov.started},
         "rendered": rendered,
     }
-    (out_dir / "results.json").write_text(json.dumps(_jsonable(bundle), indent=1, allow_nan=False),
-                                          encoding="utf-8")
+    write_file(out_dir / "results.json", json.dumps(_jsonable(bundle), indent=1, allow_nan=False))
     return out_dir / "index.html"
 
 
@@ -165,7 +169,10 @@ def _check_out_dir(out_dir: Path) -> None:
     for parent in out_dir.parents:
         if parent.exists() and not parent.is_dir():
             raise ValueError(f"--out {display(out_dir)}: {display(parent)} is not a directory")
-    for name in OUTPUT_FILES:
+    for name in (*OUTPUT_FILES, *paper.FILES.values(), ARCHIVE_NAME, TUNE_ARCHIVE_NAME):
+        if (out_dir / name).is_symlink():
+            raise ValueError(f"--out {display(out_dir)}: {name} there is a symbolic link; stalebench does not write "
+                             f"through links (remove it or give another --out)")
         if (out_dir / name).exists() and not (out_dir / name).is_file():
             raise ValueError(f"--out {display(out_dir)}: {name} there is not a regular file (a directory?); "
                              f"remove it or give another --out")
@@ -174,7 +181,7 @@ def _check_out_dir(out_dir: Path) -> None:
 def _invalid_trials(trials: pd.DataFrame) -> list[str]:
     """One page warning per trial that breaks a rule of report/checks.py, and one stderr line for all."""
     bad = trials[trials["status"] == checks.INVALID]
-    lines = [f"trial {t} is not counted: {n}" for t, n in zip(bad["trial_id"], bad["notes"])]
+    lines = checks.not_counted(bad["trial_id"], bad["notes"])
     if lines:
         first = "; ".join(lines[:2])
         more = f" (and {len(lines) - 2} more; see the report's warnings)" if len(lines) > 2 else ""
@@ -342,12 +349,12 @@ def build_site(reports_root: Path = Path("reports")) -> Path:
         suites.append({**entry, "error": "", "suite": bundle.get("suite", entry["dir"]),
                        "started": str((started[0] if isinstance(started, list) and started else started) or ""),
                        "largest_delay": show(bundle.get("largest_delay")),
-                       "date": bundle.get("rendered", {}).get("date_utc", ""),
+                       "date": rendered.get("date_utc", "") if isinstance(rendered := bundle.get("rendered"), dict) else "",
                        "columns": columns, "rows": cell_rows(board, columns)})
     studies = [{"href": quote(p.parent.relative_to(reports_root).as_posix()) + "/index.html",
                 "title": display(p.parent.name)} for p in sorted(reports_root.glob("*/index.html"))
                if not (p.parent / "results.json").is_file()]     # pages over several suites (reports/claims/)
     html = _env().get_template("site.html.j2").render(suites=site_order(suites), studies=studies)
     out = reports_root / "index.html"
-    out.write_text(html, encoding="utf-8")
+    write_file(out, html)
     return out

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from harness.store import trialdir
+from harness.store.untrusted import load_yaml_text
 from harness.errors import ConfigError
 from harness.report import checks
 from harness.report.parallel import fork_map
@@ -199,6 +200,33 @@ def _read_suite(results_dir: Path) -> tuple[Suite, str]:
     return suite, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _suite_points(results_dir: Path, suite: Suite) -> tuple[dict[str, list[Any]], list[int]]:
+    """The grid values and seeds a trial of ``results_dir`` may have: its suite's, and in a merged report's
+    directory (report/merge.py) the reference suite's too; a tuned suite's tuning seeds (its tune/ trials,
+    tune.raw.tar.gz). A suite file that lists no ``seeds:`` (a results directory written by hand) bounds no
+    seed: seeds are [] then, which checks.outside_suite skips."""
+    grid, seeds = {k: list(v) for k, v in suite.grid.items()}, _seeds(suite)
+    other = results_dir / trialdir.REFERENCE_SUITE
+    if other.is_file():
+        try:
+            reference = read_suite_yaml(other)
+        except ConfigError as exc:
+            raise ValueError(f"{exc}; fix or re-copy it") from None
+        for key, values in reference.grid.items():
+            grid[key] = grid.get(key, []) + list(values) if key in grid else list(values)
+        seeds = seeds + _seeds(reference) if seeds and _seeds(reference) else []
+    return grid, seeds
+
+
+def _seeds(suite: Suite) -> list[int]:
+    """The seeds a trial of ``suite`` may have: its reported seeds and tuning seeds; [] (any) when its file
+    lists no ``seeds:``."""
+    data = load_yaml_text(suite.source, trialdir.SUITE_FILE) if suite.source else None
+    if not (isinstance(data, dict) and "seeds" in data):
+        return []
+    return [*suite.seeds, *(suite.tune.tune_seeds(suite) if suite.tune is not None else [])]
+
+
 def importance_summary(metric_rows: list[dict[str, Any]], trial_dir: Path) -> Importance:
     """The Importance of a trial from its metrics rows (all of them) and its is_hist.jsonl."""
     mid = len(metric_rows) // 2
@@ -228,10 +256,10 @@ def sum_lists(lists: list[Any]) -> np.ndarray:
     return out
 
 
-def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray],
-                                          dict[str, Any] | None, Importance]:
-    """One trial: its table row (params, status, notes), metric curve, eval curve, provenance and
-    importance diagnostics."""
+def _read_trial(trial_dir: Path, grid: dict[str, list[Any]], seeds: list[int]) -> tuple[
+        dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any] | None, Importance]:
+    """One trial of a suite of ``grid`` and ``seeds`` (_suite_points): its table row (params, status,
+    notes), metric curve, eval curve, provenance and importance diagnostics."""
     raw_params, _ = trialdir.load(trial_dir, trialdir.PARAMS)
     params, notes = _read_params(trial_dir, raw_params)
     record = trialdir.read_record(trial_dir)
@@ -243,13 +271,16 @@ def _read_trial(trial_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray],
         config, problems = trialdir.checked_config(trial_dir), []
     except ConfigError as exc:
         config, problems = None, [str(exc).replace(str(trial_dir / trialdir.CONFIG), trialdir.CONFIG)]
-    problems += checks.trial_problems(raw_params or {}, config, record.status, metric_rows, eval_rows)
+    problems += checks.trial_problems(raw_params or {}, config, record.status, metric_rows, eval_rows, record.data)
+    problems += checks.outside_suite(raw_params or {}, trial_dir.name, grid, seeds)
+    if record.problem == "unreadable":       # damaged (the runner writes it whole): shown invalid, warned of
+        problems, status_notes = [*status_notes, *problems], []
     notes += status_notes + prov_notes + problems
     notes += [f"{n} unreadable line(s) in {f}" for n, f in ((bad_m, trialdir.METRICS), (bad_e, trialdir.EVALS))
               if n]
     row = {
         "trial_id": trial_dir.name,
-        **{k: v for k, v in params.items() if k != "trial_id"},
+        **{k: v for k, v in params.items() if k != "trial_id" and k not in checks.REPORT_COLUMNS},
         "has_params": bool(params),
         "status": checks.INVALID if problems else record.status,
         "config_sha256": trialdir.config_sha256(config) if config else None,
@@ -289,7 +320,8 @@ def load_results(results_dir: Path) -> SuiteResults:
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
                          "suite first or pass another results dir")
     trial_rows, metric_parts, eval_parts, provenance, importance = [], [], [], {}, {}
-    read = [partial(_read_trial, d) for d in dirs]
+    grid, seeds = _suite_points(results_dir, suite)
+    read = [partial(_read_trial, d, grid, seeds) for d in dirs]
     parts = fork_map(read, chunks_per_worker=4) if len(dirs) >= PARALLEL_TRIALS else [job() for job in read]
     for d, (row, metric_curve, eval_curve, prov, imp) in zip(dirs, parts):
         trial_rows.append(row)
@@ -306,9 +338,7 @@ def load_results(results_dir: Path) -> SuiteResults:
     for key in CELL_AXES:  # every report is organised by these, even if no params.json names them
         if key not in trials:
             trials[key] = np.nan
-    param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in
-                  ("has_params", "status", "last_step", "error", "diverged_step", "notes", "eval_size",
-                   "config_sha256")]
+    param_keys = [c for c in trials.columns if c not in RESERVED_PARAMS and c not in checks.REPORT_COLUMNS]
     return SuiteResults(
         path=results_dir,
         name=suite.name,

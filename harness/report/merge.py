@@ -156,6 +156,7 @@ def merge_trials(user_dir: Path, archive: Path) -> Merged:
                                  "reference suite's base settings (add your estimator to its grid, run it with --only)")
             shutil.copytree(d, merged / tid, ignore=lambda _, names: [n for n in names if n not in trialdir.RAW])
             added += 1
+        shutil.copyfile(merged / SUITE_FILE, merged / trialdir.REFERENCE_SUITE)   # its grid and seeds count too
         shutil.copyfile(user_dir / SUITE_FILE, merged / SUITE_FILE)
     except BaseException:
         shutil.rmtree(merged, ignore_errors=True)

@@ -32,6 +32,7 @@ from harness.report import resolve, stats
 from harness.report.render import DASH, show
 from harness.report.tables import Analysis, _sort_key
 from harness.config.suite import Suite
+from harness.store.safewrite import write_file
 
 FILES = {"markdown": "paper_table.md", "latex": "paper_table.tex", "text": "paper_table.txt"}
 
@@ -306,7 +307,7 @@ def write_exports(tables: list[PaperTable], suite: str, out_dir: Path) -> dict[s
     """Write paper_table.{md,tex,txt} into ``out_dir``; returns format -> file name."""
     render = {"markdown": to_markdown, "latex": to_latex, "text": to_text}
     for kind, file in FILES.items():
-        (out_dir / file).write_text(render[kind](tables, suite), encoding="utf-8")
+        write_file(out_dir / file, render[kind](tables, suite))
     return dict(FILES)
 
 

@@ -28,6 +28,7 @@ from matplotlib.lines import Line2D
 from harness.report import stats
 from harness.report.render import show
 from harness.report.tables import FINISHED, Analysis, _sort_key
+from harness.store.safewrite import open_atomic
 
 PANEL_IN = (3.2, 2.4)  # inches per panel (width, height)
 DPI = 100
@@ -279,10 +280,11 @@ def save(g: Grid | plt.Figure, out: Output, stem: str, legend_rows: int = 0, lef
                             top=1 - top / height, wspace=0.5 / PANEL_IN[0] * (n_cols > 1) + 0.001,
                             hspace=0.5 / PANEL_IN[1] * (n_rows > 1) + 0.001)
     if "png" in out.formats:
-        fig.savefig(out.dir / f"{stem}.png", dpi=DPI)
+        with open_atomic(out.dir / f"{stem}.png") as f:
+            fig.savefig(f, format="png", dpi=DPI)
     if "svg" in out.formats:
-        with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller, faster, searchable
-            fig.savefig(out.dir / f"{stem}.svg")
+        with matplotlib.rc_context({"svg.fonttype": "none"}), open_atomic(out.dir / f"{stem}.svg") as f:
+            fig.savefig(f, format="svg")  # text as text: smaller, faster, searchable
     plt.close(fig)
     shown = f"{stem}.{out.formats[0]}"
     return shown, (f"{stem}.svg" if "svg" in out.formats and shown != f"{stem}.svg" else "")

@@ -14,23 +14,28 @@ most ``MAX_MEMBER_BYTES`` each, ``MAX_TOTAL_BYTES`` and ``MAX_MEMBERS`` in all; 
 with a one-line ``ArchiveError`` before a byte is written, and nothing is executed. Before ``tarfile`` sees
 the file, ``untrusted_archive.check_tar_gz`` reads the gzip stream to its end (CRC-32 and length of every member)
 and walks the tar headers with bounds of its own (no chain of extension headers, no huge long name, no
-damaged header that tarfile would take for the end of the archive). The temporary directory is removed
-on every way out but success.
+damaged header that tarfile would take for the end of the archive, no sparse member: its extraction would
+write the size it declares, not the bytes it stores). The temporary directory is removed on every way out
+but success, and after it by its caller, SIGTERM and SIGHUP included (``exit_on_signals``).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import io
-import os
 import shutil
+import signal
 import tarfile
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from harness.store import trialdir, untrusted
+from harness.errors import os_error_line
+from harness.store.safewrite import open_atomic
 from harness.store.untrusted_archive import check_tar_gz
 SUITE_FILE = trialdir.SUITE_FILE
 SUITE_FILES = (SUITE_FILE, "coincidences.json", "lab/sweeps.json")   # the suite-level files an archive carries:
@@ -42,6 +47,7 @@ MAX_MEMBER_BYTES = 512 * 2**20   # one metrics.jsonl of a long run stays far bel
 MAX_TOTAL_BYTES = 8 * 2**30
 MAX_MEMBERS = 200_000           # 10,000 trials x (6 files + a directory)
 _CHUNK = 2**20
+_LOCAL_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE)
 
 
 class ArchiveError(ValueError):
@@ -62,8 +68,8 @@ def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None,
                only: frozenset[str] | None = None) -> Path:
     """Write ``out_path`` (a .tar.gz) holding ``suite_dir``'s suite.yaml and the record files of each trial
     of ``trials_from`` (default: ``suite_dir``; its tune/ directory packs the suite's tuning trials), or of
-    the trials named in ``only``; returns it. Written to a temporary file beside it first, so a failure
-    leaves nothing half written."""
+    the trials named in ``only``; returns it. Written to a temporary file beside it first
+    (safewrite.open_atomic), so a failure leaves nothing half written."""
     suite_dir, out_path = Path(suite_dir), Path(out_path)
     if not (suite_dir / SUITE_FILE).is_file():
         raise ArchiveError(f"{suite_dir} is not a suite results dir (no {SUITE_FILE}); pass results/<suite>")
@@ -77,19 +83,14 @@ def pack_suite(suite_dir: Path, out_path: Path, trials_from: Path | None = None,
     if not trials:
         raise ArchiveError(f"{suite_dir} holds no trial directories; run the suite before packing it")
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as raw, \
-                gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name in sorted({n.split("/")[0] for n, _ in files if "/" in n}):
-                tar.addfile(_info(name, tarfile.DIRTYPE, 0))
-            for name, path in files:
-                data = path.read_bytes()
-                tar.addfile(_info(name, tarfile.REGTYPE, len(data)), io.BytesIO(data))
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with open_atomic(out_path) as raw, \
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted({n.split("/")[0] for n, _ in files if "/" in n}):
+            tar.addfile(_info(name, tarfile.DIRTYPE, 0))
+        for name, path in files:
+            data = path.read_bytes()
+            tar.addfile(_info(name, tarfile.REGTYPE, len(data)), io.BytesIO(data))
     return out_path
 
 
@@ -111,6 +112,11 @@ def _info(name: str, kind: bytes, size: int) -> tarfile.TarInfo:
 def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
     """The member's relative path if it may be extracted, None for a plain directory; ArchiveError else."""
     name = member.name
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ArchiveError(f"{where}: member {untrusted.display(name[:120])!r} has a name that is not UTF-8; "
+                           f"refusing the archive") from None
     path = PurePosixPath(name)
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or path.is_absolute():
         raise ArchiveError(f"{where}: member {name[:120]!r} has an absolute path; refusing the archive")
@@ -125,6 +131,9 @@ def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
         return None
     if not member.isreg():
         raise ArchiveError(f"{where}: member {name[:120]!r} is a device or special file; refusing the archive")
+    if member.issparse():      # extraction writes its declared size, not the bytes stored: a disk-filling member
+        raise ArchiveError(f"{where}: member {name[:120]!r} is a sparse file; a raw archive holds plain files only "
+                           f"(re-pack it with --raw)")
     if member.size > MAX_MEMBER_BYTES:
         raise ArchiveError(f"{where}: member {name[:120]!r} is {member.size} bytes, over the "
                            f"{MAX_MEMBER_BYTES}-byte limit of one file; refusing the archive")
@@ -154,6 +163,21 @@ def committed_results(report_dir: Path) -> Iterator[Path]:
                            f"trial directories); pass a committed report directory or results/<suite>")
 
 
+def exit_on_signals() -> None:
+    """Make SIGTERM and SIGHUP end this process as SIGINT does, by an exception (SystemExit 128 + the
+    signal), so that every ``finally`` runs and the temporary directory of an unpacked archive is removed;
+    their default action killed the process on the spot, leaving it behind. A signal set to be ignored
+    (``nohup``) stays ignored. ``open_archive`` calls it: a process that unpacked an archive keeps it."""
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return                                  # only the main thread may set handlers
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, leave)
+
+
 def open_archive(path: Path) -> Path:
     """Extract the raw archive ``path`` into a new temporary directory and return it (a suite results
     directory: suite.yaml and one directory per trial). The caller removes it (``shutil.rmtree``).
@@ -166,6 +190,7 @@ def open_archive(path: Path) -> Path:
         check_tar_gz(path, MAX_MEMBERS, MAX_TOTAL_BYTES)   # gzip CRC and length, header chains, sizes
     except untrusted.UntrustedError as exc:
         raise ArchiveError(str(exc)) from None
+    exit_on_signals()                           # SIGTERM, SIGHUP: the `finally` below and the caller's remove it
     dest = Path(tempfile.mkdtemp(prefix="stalebench-raw-"))
     try:
         with tarfile.open(path, mode="r:gz") as tar:
@@ -189,7 +214,14 @@ def open_archive(path: Path) -> Path:
     except ArchiveError:
         shutil.rmtree(dest, ignore_errors=True)
         raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error, RecursionError, MemoryError) as exc:
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if exc.errno in _LOCAL_ERRORS:      # this machine's temporary folder, not the archive, is at fault
+            raise ArchiveError(f"{where}: cannot unpack it into {untrusted.display(dest.parent)} "
+                               f"({os_error_line(exc).split(': ', 1)[-1]}; set TMPDIR to another folder)") from None
+        raise ArchiveError(f"{where}: not a readable .tar.gz ({type(exc).__name__}); re-download or re-pack "
+                           "it") from None
+    except (tarfile.TarError, EOFError, zlib.error, RecursionError, MemoryError) as exc:
         shutil.rmtree(dest, ignore_errors=True)
         raise ArchiveError(f"{where}: not a readable .tar.gz ({type(exc).__name__}); re-download or re-pack "
                            "it") from None

@@ -3,30 +3,34 @@ files of a trial directory are called and hold; this module knows no file names)
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import orjson
 
 from harness.errors import TrialDirError
+from harness.store.safewrite import open_append, write_file
 from harness.store.untrusted import UntrustedError, read_bytes
 from harness.store.untrusted_json import bounded_int, load_json_text
 
-MAX_ROWS_BYTES = 512 * 2**20     # one metrics.jsonl of a long run stays far below this (archive.MAX_MEMBER_BYTES)
+MAX_ROWS_BYTES = 256 * 2**20     # one metrics.jsonl of a long run stays far below this (~700 bytes a step)
+MAX_ROWS_MEMORY = 1280 * 2**20   # what the parsed rows of one file may cost, estimated as below (a file at
+                                 # MAX_ROWS_BYTES of a trainer's rows: ~1.1 GiB; of `{}` lines: refused)
+ROW_BYTES, TEXT_FACTOR = 200, 4  # per row (a dict, its list slot: ~75 bytes for `{}`) and per byte of text
+                                 # (~2.7 for a trainer's row of 30 floats, the joined copy at parse time beside)
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Replace ``path`` with ``text``, whole (safewrite.write_file: a private temporary name, no link followed)."""
+    write_file(path, text)
 
 
 def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Rows of a JSONL file (NaN/Infinity allowed) and the number of unreadable lines, for readers that
     report damage rather than stop on it (the report); ([], 0) if absent. Fast for large files.
 
-    The file is untrusted (store/untrusted.py): a FIFO, device or file over MAX_ROWS_BYTES counts as one
+    The file is untrusted (store/untrusted.py): a FIFO, device, file over MAX_ROWS_BYTES, or one whose rows
+    would cost over MAX_ROWS_MEMORY (a few MiB of ``{}`` lines are millions of dicts) counts as one
     unreadable line; a line nested deeply, with an integer of over MAX_INT_DIGITS digits or a
     duplicate key is an unreadable line (orjson refuses integers over 64 bits and nesting over 1024
     levels, so those lines take the checked path)."""
@@ -37,6 +41,8 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     raw = (raw or b"").strip()
     if not raw:
         return [], 0
+    if (raw.count(b"\n") + 1) * ROW_BYTES + len(raw) * TEXT_FACTOR > MAX_ROWS_MEMORY:
+        return [], 1
     rows = _json_array(raw)
     if rows is None:  # a torn or damaged line, a number orjson refuses: parse line by line, checked
         rows = []
@@ -91,7 +97,7 @@ def read_jsonl(path: Path, strict: bool = False) -> list[dict[str, Any]]:
 
 
 def append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
-    with open(path, "a") as f:
+    with open_append(path) as f:
         f.write(json.dumps(dict(row)) + "\n")
 
 

@@ -15,6 +15,7 @@
         benchmarks/results.json   its benchmark scores (`stalebench eval --trial`)
         .lock             held by the process working in the directory (one at a time)
     results/<suite>/suite.yaml                      the effective suite file of the latest run
+    <merged>/reference-suite.yaml                   `report --merge`: the reference's suite, whose trials join
     results/<suite>/tune/trials.jsonl               `stalebench tune`: the search's trials, one row each
     results/<suite>/{lab,ray}/                      the lab's stored sweeps; Ray Tune's storage
     results/<suite>/.superseded/<trial_id>-<utc>/   results of a config that was changed and rerun
@@ -61,6 +62,7 @@ RAW = (*RECORD, *SIDE_ROWS)                # what a raw archive (--raw) and a me
 ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
 LAB_DIR, RAY_DIR, TUNE_DIR = "lab", "ray", "tune"   # beside the trials: the lab's sweeps, Tune's storage, tune's trials
 SUITE_FILE, TUNE_TRIALS = "suite.yaml", "trials.jsonl"
+REFERENCE_SUITE = "reference-suite.yaml"   # beside a merged report's trials (report --merge): the reference's suite
 POLICY_DIR, BENCHMARKS_DIR, BENCHMARK_RESULTS, LOCK = "policy", "benchmarks", "results.json", ".lock"
 NOT_TRIALS = frozenset({LAB_DIR, RAY_DIR, TUNE_DIR})   # directories beside the trials that are not trials
 SUPERSEDED = ".superseded"
@@ -313,7 +315,7 @@ def write_start(trial_dir: Path, config: Mapping[str, Any], params: Mapping[str,
 def write_error(trial_dir: Path, text: str) -> Path:
     """error.log: the traceback of a failed trial (its status.json holds the one-line reason)."""
     path = Path(trial_dir) / ERROR_LOG
-    path.write_text(text)
+    write_atomic(path, text)
     return path
 
 

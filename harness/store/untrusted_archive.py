@@ -81,6 +81,8 @@ class _TarWalker:
         except tarfile.HeaderError as exc:
             self._refuse(f"a damaged tar header after {self.members} members ({one_line(str(exc), 60)})")
         size = info.size
+        if info.type == tarfile.GNUTYPE_SPARSE:
+            self._refuse(f"a sparse member after {self.members} members (extracting it writes its declared size)")
         if size < 0:
             self._refuse(f"a tar header of negative size after {self.members} members")
         if info.type in _EXT_TYPES:
@@ -113,6 +115,8 @@ class _TarWalker:
         if self.ext_data and getattr(self, "ext_type", None) in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
             for record in bytes(self.ext_data).split(b"\n"):
                 key, _, value = record.partition(b"=")
+                if key.split(b" ")[-1].startswith(b"GNU.sparse"):
+                    self._refuse("a sparse member (pax GNU.sparse records; extracting it writes its declared size)")
                 if key.split(b" ")[-1] == b"size":
                     try:
                         self.pax_size = int(value)

@@ -13,7 +13,6 @@ starts Ray, MLflow and the trials. Ray-free and torch-free.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from harness.config.expand import Trial
 from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity
 from harness.store.campaign import campaign_dir, restore
+from harness.store.safewrite import write_file
 from harness.store.trialdir import FINAL, SUITE_FILE, read_status, suite_results_dir, tune_dir
 
 
@@ -71,7 +71,4 @@ def verify_bases(trials: list[Trial]) -> None:
 def write_suite_file(suite: Suite, suite_dir: Path) -> None:
     """results/<suite>/suite.yaml: the suite file of the latest run (reports and `status` read it)."""
     suite_dir.mkdir(parents=True, exist_ok=True)
-    path = suite_dir / SUITE_FILE
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(suite.text())
-    os.replace(tmp, path)
+    write_file(suite_dir / SUITE_FILE, suite.text())   # a private temporary name: two runs at once cannot collide

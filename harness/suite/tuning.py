@@ -17,6 +17,7 @@ from typing import Any, Callable
 import yaml
 
 from harness.config.suite import Suite, TuneSpec
+from harness.store.safewrite import write_file
 
 
 def worst(spec: TuneSpec) -> float:
@@ -159,7 +160,7 @@ def write_overrides(suite: Suite, spec: TuneSpec, results: dict[str, list[dict[s
         *([f"# No completed trial for: {', '.join(missing)} (no override written)."] if missing else []),
         "# Trials:", *lines, ""]
     path = suite_dir / "tuned-overrides.yaml"
-    path.write_text("\n".join(text) + yaml.safe_dump({"overrides": chosen}, sort_keys=False))
+    write_file(path, "\n".join(text) + yaml.safe_dump({"overrides": chosen}, sort_keys=False))
     return path
 
 

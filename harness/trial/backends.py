@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from harness.registry import BACKENDS
+from harness.store.safewrite import open_atomic
 from harness.config.run import RunConfig
 from harness.trial.world import Group, Solo
 
@@ -80,9 +81,8 @@ class TorchBackend:
     def save(self, path: Path, extra: dict) -> None:
         if not self.world.is_main:              # every worker holds the same weights and optimizer state
             return
-        tmp = path.with_suffix(".tmp")
-        torch.save({"model": self.module.state_dict(), "opt": self.opt.state_dict(), **extra}, tmp)
-        os.replace(tmp, path)
+        with open_atomic(path) as f:            # a private temporary name beside it, renamed when whole
+            torch.save({"model": self.module.state_dict(), "opt": self.opt.state_dict(), **extra}, f)
 
     def load(self, path: Path) -> dict:
         state = load_checkpoint(path)

@@ -91,13 +91,20 @@ def _open_store(tracking_uri: str, experiment_name: str):
     """(client, experiment or None). The first use of a new SQLite store creates its schema (alembic
     migrations); two drivers starting at once would both migrate and one would fail, leaving a
     half-migrated database. So the open is serialized by a lock file beside the database
-    (<db>.lock), and a transient SQLite error ('database is locked') is retried with backoff."""
+    (<db>.lock), and a transient SQLite error ('database is locked') is retried with backoff. A new
+    SQLite store is built whole in a temporary file and renamed into place (_create_sqlite_store): a
+    setup cut short (a full disk) leaves no database behind, and the next run builds it again."""
     from mlflow.tracking import MlflowClient
 
     db = tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
     for attempt in range(OPEN_TRIES):
         try:
             with _file_lock(Path(db + ".lock") if db else None):
+                if db and not os.path.exists(db):
+                    _create_sqlite_store(db)
+                elif db and _setup_interrupted(db):
+                    _move_aside(db)
+                    _create_sqlite_store(db)
                 client = MlflowClient(tracking_uri)
                 return client, client.get_experiment_by_name(experiment_name)
         except Exception:  # noqa: BLE001 — SQLAlchemy errors vary by version; a server retries on its own
@@ -105,6 +112,53 @@ def _open_store(tracking_uri: str, experiment_name: str):
                 raise
             time.sleep(0.25 * 2 ** attempt * (1 + random.random()))
     raise AssertionError("unreachable")
+
+
+def _create_sqlite_store(db: str) -> None:
+    """Build a new SQLite store's schema in a temporary file beside ``db`` and rename it to ``db`` once
+    complete; on any failure (e.g. OSError/OperationalError of a full disk) the temporary file is removed."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.store.safewrite import temp_path
+
+    tmp = str(temp_path(db))
+    try:
+        client = MlflowClient(f"sqlite:///{tmp}")
+        client.search_experiments(max_results=1)          # the store (and its schema) is built on first use
+        with contextlib.suppress(Exception):              # let go of the file before it is renamed
+            client._tracking_client.store.engine.dispose()
+        os.replace(tmp, db)
+    finally:
+        for path in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _setup_interrupted(db: str) -> bool:
+    """Whether the SQLite store ``db`` is one whose first setup was cut short (built in place, before the
+    store was built in a temporary file): no run in it, and alembic's temporary tables, or a schema version
+    short of this MLflow's (MLflow never migrates an existing store on its own: a store of an older MLflow
+    with runs is left to `mlflow db upgrade`)."""
+    import sqlite3
+
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "runs" not in tables or con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]:
+                return False
+            version = con.execute("SELECT version_num FROM alembic_version").fetchall() \
+                if "alembic_version" in tables else []
+    except sqlite3.Error:
+        return False
+    return any(t.startswith("_alembic_tmp_") for t in tables) or [r[0] for r in version] != [
+        _get_latest_schema_revision()]
+
+
+def _move_aside(db: str) -> None:
+    """Keep a store whose setup was cut short as <db>.interrupted-<utc> (nothing is deleted)."""
+    os.replace(db, f"{db}.interrupted-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
 
 
 def prepare_store(tracking_uri: str, experiment_name: str) -> threading.Thread:
@@ -128,7 +182,9 @@ def _file_lock(path: Path | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    with open(path, "a") as f:
+    from harness.store.safewrite import open_append
+
+    with open_append(path) as f:                 # never through a link planted under the lock's name
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

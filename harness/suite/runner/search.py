@@ -60,7 +60,7 @@ def tune_suite(suite: Suite, results_root: Path = Path("results"), address: str 
         check_fits(suite.resources, examples[0].config.train.workers)
         target = open_mlflow(suite, uri, Path(results_root), "tune", len(algorithms) * per_algorithm)
         trialdir.tune_dir(suite_dir).mkdir(parents=True, exist_ok=True)
-        trialdir.tune_trials(suite_dir).write_text("")     # this search's trials, one row each
+        trialdir.write_atomic(trialdir.tune_trials(suite_dir), "")     # this search's trials, one row each
         search = _grid if spec.method == "grid" else _search
         try:
             for algorithm in algorithms:
