@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from harness.config.run import RunConfig
-from harness.rollout import ResponseLogits, RolloutEngine, token_logp
+from harness.rollout import RolloutEngine, TokenLogp
 from harness.rollout.base import Rollout
 from harness.tasks import Problem, Task
 from harness.trial.world import Group, Solo
@@ -63,11 +63,11 @@ def shard_seed(seed: int, index: int, shard: int) -> int:
 
 class Batches:
     def __init__(self, *, seed: int, prompts: int, group_size: int, shards: int, temperature: float, max_new_tokens: int,
-                 problems: list[Problem], task: Task, sampler: RolloutEngine, forward: ResponseLogits,
+                 problems: list[Problem], task: Task, sampler: RolloutEngine, token_logp: TokenLogp,
                  recompute_behavior: bool, pad_token_id: int, device: torch.device, world: Solo | Group):
         self.seed, self.P, self.G, self.shards = seed, prompts, group_size, shards
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
-        self.problems, self.task, self.sampler, self.forward = problems, task, sampler, forward
+        self.problems, self.task, self.sampler, self.token_logp = problems, task, sampler, token_logp
         self.recompute_behavior = recompute_behavior     # model.behavior_logp: recompute
         self.pad_token_id, self.device, self.world = pad_token_id, device, world
 
@@ -126,7 +126,7 @@ class Batches:
             # its log-probs and the trainer's recomputation, and optionally train on the recomputed ones.
             r = r.to(self.device)
             with torch.no_grad():
-                recomputed = token_logp(model, r, slice(None), self.temperature, n, self.forward)[0]
+                recomputed = self.token_logp(model, r, slice(None), self.temperature, n)[0]
             gap = float((recomputed - r.logp_behavior.to(recomputed.device))[r.response_mask].abs().max())
             if self.recompute_behavior:
                 r.logp_behavior = recomputed * r.response_mask
