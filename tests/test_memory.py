@@ -115,3 +115,19 @@ def test_a_suite_over_its_card_is_refused_in_one_line(tmp_path, capsys, command)
     assert len(err.splitlines()) == 1
     assert err.startswith("stalebench: resources.gpu_memory_gib: trial grpo-s0 projects to 1.0 of 1 GiB per GPU")
     assert "set model.gradient_checkpointing: true" in err
+
+
+def test_the_gpu_memory_check_says_one_line_without_a_gpu(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: run scripts/gpu_memory_check.py itself")
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_memory_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_memory_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main() == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith("gpu_memory_check: no CUDA GPU on this machine")
