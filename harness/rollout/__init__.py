@@ -71,11 +71,12 @@ class TokenLogp:
 
     def __call__(self, model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        head = model.get_output_embeddings().weight
+        net = getattr(model, "module", model)        # the transformers model (a DeepSpeed engine holds it as .module)
+        head = net.get_output_embeddings().weight
         chunk = chunk_tokens(self.setting, getattr(head, "ds_shape", head.shape)[0])     # ZeRO-3 keeps the shape aside
         if not chunk:
             return token_logp(model, r, rows, temperature, group_size, self.forward.response_logits)
-        return chunked_token_logp(self.forward.response_hidden(model, r, rows, group_size), r.response_ids[rows],
+        return chunked_token_logp(self.forward.response_hidden(net, r, rows, group_size), r.response_ids[rows],
                                   temperature, chunk)
 
 
