@@ -159,9 +159,8 @@ def _cmd_run(args) -> int:
 
     suite, trials = _load(args)
     if args.dry_run:
-        from harness.suite.plan import check_memory, dry_run
+        from harness.suite.plan import dry_run
         print(dry_run(suite, args.only, Path(args.results), trials))
-        check_memory(suite, trials)                          # over the card: one line, exit 2
         return 0
     counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
                        on_change=args.on_change, only=args.only, trials=trials)
@@ -236,19 +235,15 @@ def _cmd_reproduce(args) -> int:
 
 def _cmd_check(args) -> int:
     from harness.store.tracking import check_mirrors, describe_mirrors
+    from harness.suite import coincidences, plan          # plan.check_memory: a GPU suite over its card -> one line
 
     suite, trials = _load(args)
     check_mirrors(suite.tracking)
-    from harness.suite.plan import check_memory
-    memory_lines = check_memory(suite, trials)             # a GPU suite over its card: one line, exit 2
-    print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
-    for line in memory_lines:
-        print(line)
+    print("\n".join([f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid", *plan.check_memory(suite, trials)]))
     if suite.tracking.mirrors():
         print(f"tracking: {describe_mirrors(suite.tracking)}")
     for t in trials:
         print(f"  {t.trial_id}")
-    from harness.suite import coincidences
     for line in coincidences.describe(coincidences.compute(trials)):
         print(line)
     from harness.report.stats import MIN_CONFIDENT_SEEDS

@@ -41,7 +41,9 @@ GPU_PEAK_FLOPS, GPU_ASSUMED_MFU, PROMPT_TOKENS_ASSUMED = 989e12, 0.25, 256
 
 
 def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Trial] | None = None) -> str:
+    """The dry run's text; a ConfigError (one line, with the projection) when a GPU suite exceeds its card."""
     trials = select_trials(expand(suite) if trials is None else trials, only)
+    check_memory(suite, trials)
     suite_dir = Path(results_root) / suite.name
     done = [t for t in trials if trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
