@@ -237,15 +237,15 @@ def _cmd_reproduce(args) -> int:
 
 def _cmd_check(args) -> int:
     from harness.store.tracking import check_mirrors, describe_mirrors
+    from harness.suite import coincidences, plan          # plan.check_memory: a GPU suite over its card -> one line
 
     suite, trials = _load(args)
     check_mirrors(suite.tracking)
-    print(f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid")
+    print("\n".join([f"suite {suite.name} v{suite.version}: {len(trials)} trials, valid", *plan.check_memory(suite, trials)]))
     if suite.tracking.mirrors():
         print(f"tracking: {describe_mirrors(suite.tracking)}")
     for t in trials:
         print(f"  {t.trial_id}")
-    from harness.suite import coincidences
     for line in coincidences.describe(coincidences.compute(trials)):
         print(line)
     from harness.report.stats import MIN_CONFIDENT_SEEDS

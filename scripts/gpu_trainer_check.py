@@ -70,7 +70,9 @@ def check(model_dir: Path, root: Path, backend: str, steps: int) -> dict:
 
 
 def main(steps: int = 6) -> None:
-    assert torch.cuda.is_available(), "needs a CUDA GPU"
+    if not torch.cuda.is_available():
+        print("gpu_trainer_check: no CUDA GPU on this machine; nothing checked (run it where one is)")
+        return
     root = Path(tempfile.mkdtemp(prefix="stalebench-gpu-"))
     model_dir = qwen3_shaped(root)
     for backend in ("torch", "deepspeed"):

@@ -62,7 +62,7 @@ def engine_phases(model_dir: str) -> dict:
     from harness.bases.models import load_model
     from harness.rollout import make_engine
     from harness.rollout.hf import HFEngine
-    from harness.trial.trainer import token_logp
+    from harness.rollout import token_logp
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")     # gpu_check.sh runs this on a GPU
     model, tok = load_model(model_dir)

@@ -22,7 +22,7 @@ from harness.store import trialdir
 from harness.tasks import make_task
 from harness.trial import numerics
 from harness.trial.backends import make_backend
-from harness.trial.trainer import token_logp
+from harness.rollout import token_logp
 from tests.test_lean import PROMPTS, gqa_model
 
 REPO = Path(__file__).resolve().parents[1]

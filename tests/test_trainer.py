@@ -13,8 +13,7 @@ from harness.config.expand import Trial
 from harness.trial.lifecycle import run_trial
 from harness.errors import ConfigError
 from harness.store.trialdir import read_config, read_jsonl
-from harness.trial import trainer as trainer_mod
-from harness.rollout import token_logp
+from harness.rollout import TokenLogp, token_logp
 from harness.trial.trainer import Trainer
 
 CONTRACT = ["train/reward_mean", "loss/value", "opt/grad_norm", "policy/entropy", "policy/kl_behavior",
@@ -151,15 +150,15 @@ def test_resume_from_checkpoint_matches_uninterrupted(tiny_base, tmp_path, monke
 
 
 def test_nan_is_recorded_as_diverged(tiny_base, tmp_path, monkeypatch):
-    original = trainer_mod.token_logp
+    original = TokenLogp.__call__
     calls = {"n": 0}
 
-    def poisoned(model, r, rows, temperature, group_size=1, *forward):
-        logp, ent = original(model, r, rows, temperature, group_size, *forward)
+    def poisoned(self, model, r, rows, temperature, group_size=1):
+        logp, ent = original(self, model, r, rows, temperature, group_size)
         calls["n"] += 1
         return (logp * float("nan") if calls["n"] >= 3 else logp), ent
 
-    monkeypatch.setattr(trainer_mod, "token_logp", poisoned)
+    monkeypatch.setattr(TokenLogp, "__call__", poisoned)
     status, rows, _ = run(tiny_base, tmp_path)
     assert status == "diverged"
     record = json.loads((tmp_path / "t" / "status.json").read_text())

@@ -57,6 +57,12 @@ class ModelConfig:
     zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
     zero_offload: bool = False             # DeepSpeed: keep optimizer states on the CPU
     gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm on a GPU; unused on CPU)
+    logp_chunk_tokens: int = field(default=0, metadata=NEW_SETTING)   # the trainer's log-probs and entropy through
+                                           # the LM head this many tokens at a time, never a full (b, T, V) float32
+                                           # copy (rollout/logp.py): 0 auto (chunks of 1,024 when the vocabulary is
+                                           # >= 32,768 tokens, full logits below: the tiny bases) | -1 full logits
+    gradient_checkpointing: bool = field(default=False, metadata=NEW_SETTING)   # recompute each transformers
+                                           # layer in the backward instead of keeping its activations (forward hf)
 
     @property
     def engine_version(self) -> int:
@@ -81,6 +87,12 @@ class ModelConfig:
                               f"float32 with engine hf and backend torch; set {key}.forward: hf for dtype "
                               f"{self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
         _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
+        if self.logp_chunk_tokens < -1:
+            raise ConfigError(f"{key}.logp_chunk_tokens: tokens per chunk (> 0), 0 (auto: chunked for a large "
+                              f"vocabulary) or -1 (full logits); got {self.logp_chunk_tokens}")
+        if self.gradient_checkpointing and self.forward != "hf":
+            raise ConfigError(f"{key}.gradient_checkpointing: checkpoints transformers' layers, which model.forward "
+                              f"{self.forward!r} does not run; set {key}.forward: hf or remove gradient_checkpointing")
         BACKENDS.check(f"{key}.backend", self.backend)
         _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
         if self.kind == "tiny":

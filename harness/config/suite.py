@@ -35,7 +35,7 @@ import yaml
 from harness.config.run import DEFAULT_ESTIMATOR, RunConfig
 from harness.config.tune import TuneSpec
 
-from harness.config.dicts import from_dict, to_dict
+from harness.config.dicts import NEW_SETTING, from_dict, to_dict
 from harness.errors import ConfigError
 from harness.config.collapse import CollapseRules
 from harness.store import trialdir
@@ -60,12 +60,16 @@ class Resources:
     gpu: float = 0.0              # GPUs per trial process (N x gpu)
     max_concurrent: int | None = None   # trials at once (default: as many as fit)
     max_failures: int = 1         # retries of a trial that raised (transient failures), 0..MAX_FAILURES
+    gpu_memory_gib: float = field(default=80.0, metadata=NEW_SETTING)   # memory of one GPU (H100: 80): a GPU suite
+                                  # whose projection exceeds it is refused by check and --dry-run (suite/memory.py)
 
     def validate(self, key: str) -> None:
         if self.cpu <= 0 or self.gpu < 0:
             raise ConfigError(f"{key}: cpu must be > 0 and gpu >= 0; got cpu={self.cpu}, gpu={self.gpu}")
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise ConfigError(f"{key}.max_concurrent: must be >= 1 (or omitted: as many as fit); got {self.max_concurrent}")
+        if self.gpu_memory_gib <= 0:
+            raise ConfigError(f"{key}.gpu_memory_gib: the memory of one GPU in GiB, > 0; got {self.gpu_memory_gib}")
         if not 0 <= self.max_failures <= MAX_FAILURES:     # Tune's -1 (retry forever) loops on a deterministic bug
             raise ConfigError(f"{key}.max_failures: must be between 0 and {MAX_FAILURES} (retries of a failed "
                               f"trial); got {self.max_failures}")

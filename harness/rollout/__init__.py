@@ -8,10 +8,15 @@ An engine (`model.engine`) samples the batches: `hf` runs the configured forward
 process on the trainer's weights; `vllm` (extra `gpu` on a CUDA machine, or the CPU side environment of
 scripts/setup_vllm_cpu.sh; docs/vllm.md) holds its own copy and is imported only when a config asks for it.
 A new forward or engine is one module that registers itself, imported below.
+
+The trainer's log-probs (`TokenLogp`) go through full-vocabulary logits (`token_logp`) or, for a large
+vocabulary or when `model.logp_chunk_tokens` asks, a chunk of tokens at a time through the LM head from the
+forward's hidden states (logp.py), never a full (b, T, V) float32 copy.
 """
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,9 +25,10 @@ from harness.registry import ENGINES, FORWARDS
 from harness.rollout import hf, lean, lean3  # noqa: F401  (each registers its forward)
 from harness.rollout.base import EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
 from harness.rollout.hf import HFEngine
+from harness.rollout.logp import chunk_tokens, chunked_token_logp
 
-__all__ = ["EngineSettings", "Forward", "HFEngine", "Rollout", "RolloutEngine", "ResponseLogits", "make_engine",
-           "response_logits", "token_logp"]
+__all__ = ["EngineSettings", "Forward", "HFEngine", "Rollout", "RolloutEngine", "ResponseLogits", "TokenLogp",
+           "make_engine", "response_logits", "token_logp"]
 
 
 def response_logits(forward: str) -> ResponseLogits:
@@ -52,6 +58,31 @@ def token_logp(model: torch.nn.Module, r: Rollout, rows: slice, temperature: flo
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
     return logp, entropy
+
+
+@dataclass(frozen=True)
+class TokenLogp:
+    """The trainer's log π(response token) and entropy, both (b, T): `model.forward` (`forward`), through
+    full-vocabulary logits (token_logp) or `chunk_tokens` tokens at a time through the head (logp.py), as
+    `model.logp_chunk_tokens` (`setting`) and the model's vocabulary decide (logp.chunk_tokens). The chunk is
+    a property of the model, not of the call: log-probs, π_prox, the reference and the engine gap all agree."""
+    forward: Forward
+    setting: int = 0
+
+    def __call__(self, model: torch.nn.Module, r: Rollout, rows: slice, temperature: float, group_size: int = 1
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        net = getattr(model, "module", model)        # the transformers model (a DeepSpeed engine holds it as .module)
+        head = net.get_output_embeddings().weight
+        chunk = chunk_tokens(self.setting, getattr(head, "ds_shape", head.shape)[0])     # ZeRO-3 keeps the shape aside
+        if not chunk:
+            return token_logp(model, r, rows, temperature, group_size, self.forward.response_logits)
+        return chunked_token_logp(self.forward.response_hidden(net, r, rows, group_size), r.response_ids[rows],
+                                  temperature, chunk)
+
+
+def token_logp_of(forward: str, logp_chunk_tokens: int = 0) -> TokenLogp:
+    """The trainer's log-probs for `model.forward` and `model.logp_chunk_tokens`."""
+    return TokenLogp(FORWARDS.get(forward, "model.forward"), logp_chunk_tokens)
 
 
 @ENGINES.register("hf")

@@ -6,6 +6,8 @@ from typing import Any, Callable, ContextManager, Protocol
 
 import torch
 
+from harness.rollout.logp import Head
+
 
 @dataclass
 class Rollout:
@@ -92,14 +94,23 @@ class RolloutEngine(Protocol):
 
 # (model, rollout, rows, group_size) -> logits (b, T, V) predicting each response token of those rows
 ResponseLogits = Callable[[torch.nn.Module, Rollout, slice, int], torch.Tensor]
+# (model, rollout, rows, group_size) -> the hidden states (b, T, C) behind those logits and the head (logp.Head)
+ResponseHidden = Callable[[torch.nn.Module, Rollout, slice, int], Head]
+
+
+def no_hidden(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) -> Head:
+    raise ValueError("model.logp_chunk_tokens: this model.forward does not expose its hidden states for the chunked "
+                     "log-probs; set model.logp_chunk_tokens: -1 (full logits)")
 
 
 @dataclass(frozen=True)
 class Forward:
-    """A model forward (`model.forward`, registry FORWARDS): the trainer's logits of response tokens, and the
-    engine that samples with the same forward (model.engine: hf)."""
+    """A model forward (`model.forward`, registry FORWARDS): the trainer's logits of response tokens, the
+    engine that samples with the same forward (model.engine: hf), and the hidden states and head behind the
+    logits, which the chunked log-probs take through the head a chunk of tokens at a time (rollout/logp.py)."""
     response_logits: ResponseLogits
     engine: Callable[[torch.nn.Module, Any], RolloutEngine]          # (model, tokenizer) -> engine
+    response_hidden: ResponseHidden = no_hidden
     engine_version: int = 1                 # the trial's engine version (trial/numerics.py record, trial/backends.py):
                                             # 1 transformers, 2 the lean forward, 3 lean3 (own float path, fused AdamW)
     tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, engine hf,

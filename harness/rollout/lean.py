@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from harness.registry import FORWARDS
 from harness.rollout.base import Forward, Rollout, sample_token
+from harness.rollout.logp import Head
 
 KV = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -116,9 +117,13 @@ class LeanQwen3:
         cos, sin = freqs.cos(), freqs.sin()
         return torch.cat([cos, cos], -1).unsqueeze(-2), torch.cat([-sin, sin], -1).unsqueeze(-2)
 
+    def normed(self, h: torch.Tensor) -> torch.Tensor:
+        """(…, C) last layer's output → (…, C) after the final norm: what the head takes."""
+        return F.rms_norm(h, h.shape[-1:], self.w_norm, self.eps)
+
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """(…, C) final hidden states → (…, V) logits (tied or untied head)."""
-        return self.linear(F.rms_norm(h, h.shape[-1:], self.w_norm, self.eps), self.lm_head)
+        """(…, C) last layer's output → (…, V) logits (tied or untied head)."""
+        return self.linear(self.normed(h), self.lm_head)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """q (b, t, H, D); k, v (b, Hkv, s, D) (views of a cache welcome); bias additive, broadcast to
@@ -186,7 +191,20 @@ class LeanQwen3:
                         response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
         """Logits (b, T, V) that predict each response token: the prompt (one per group of g = group_size
         consecutive rows) then the response's first T-1 tokens, of which only those that predict a valid
-        token are computed (the others' logits are 0); transformers' `token_logp` computes the same.
+        token are computed (the others' logits are 0); transformers' `token_logp` computes the same."""
+        return self._response_states(prompt_ids, prompt_mask, response_ids, response_mask, group_size, self.logits)
+
+    def response_hidden(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                        response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
+        """The hidden states (b, T, C) after the final norm behind `response_logits` (0 where it has 0):
+        logits = hidden · lm_headᵀ (the chunked log-probs, rollout/logp.py)."""
+        return self._response_states(prompt_ids, prompt_mask, response_ids, response_mask, group_size, self.normed)
+
+    def _response_states(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                         response_mask: torch.Tensor, group_size: int,
+                         out: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """`out` (logits or normed) of the last layer's output at the positions that predict each response
+        token, laid out (b, T, ·) (zeros where no valid token is predicted).
 
         The u·P prompt positions and the N response positions go through each layer's matmuls together as
         one stack of rows; only attention treats them apart (the prompt's causally, each response against
@@ -194,7 +212,7 @@ class LeanQwen3:
         (b, T), g = response_ids.shape, group_size
         ids, mask = prompt_ids[::g], prompt_mask[::g]
         if T == 1:
-            return self.logits(self.prefix(ids, mask)[0]).repeat_interleave(g, 0)[:, None]
+            return out(self.prefix(ids, mask)[0]).repeat_interleave(g, 0)[:, None]
         (u, P), t, device = ids.shape, T - 1, response_ids.device
         H, Hkv, D, uP = self.H, self.Hkv, self.D, u * P
         key_bias, own_bias = self.prompt_biases(mask)
@@ -213,8 +231,8 @@ class LeanQwen3:
 
         h = self.run(torch.cat([ids.reshape(-1), packing.unpad(response_ids[:, :-1])]),
                      torch.cat([_positions(mask).reshape(-1), packing.unpad(positions)]), attend)   # (uP + N, C)
-        logits = self.logits(torch.cat([h[:uP].view(u, P, -1)[:, -1], h[uP:]]))                    # (u + N, V)
-        return torch.cat([logits[:u].repeat_interleave(g, 0)[:, None], packing.pad(logits[u:])], 1)
+        states = out(torch.cat([h[:uP].view(u, P, -1)[:, -1], h[uP:]]))                            # (u + N, ·)
+        return torch.cat([states[:u].repeat_interleave(g, 0)[:, None], packing.pad(states[u:])], 1)
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -229,6 +247,15 @@ def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size:
     g = group_size if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0 else 1
     return LeanQwen3(model).response_logits(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows],
                                             r.response_mask[rows], g)
+
+
+def response_hidden(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) -> Head:
+    """The hidden states (b, T, C) behind `response_logits` and the head (the chunked log-probs)."""
+    b = r.response_ids[rows].shape[0]
+    g = group_size if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0 else 1
+    lean = LeanQwen3(model)
+    return Head(lean.response_hidden(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows],
+                                     r.response_mask[rows], g), lean.lm_head)
 
 
 CHUNK_ROWS = 512   # rows decoded together: a 2,500-prompt evaluation in chunks of 512 took 0.76x the CPU time of
@@ -342,4 +369,5 @@ class LeanEngine:
 
 
 
-FORWARDS.register("lean")(Forward(response_logits, LeanEngine, engine_version=2, tiny_qwen3_only=True))
+FORWARDS.register("lean")(Forward(response_logits, LeanEngine, response_hidden, engine_version=2,
+                                  tiny_qwen3_only=True))

@@ -26,6 +26,7 @@ import torch
 from harness.rollout import gemm3
 from harness.registry import FORWARDS
 from harness.rollout.base import Forward, Rollout
+from harness.rollout.logp import Head
 from harness.rollout.lean import LeanEngine, LeanQwen3
 
 COMPACT_AT = 0.75          # drop ended rows from the decode cache once the live ones are ≤ this share of it
@@ -81,17 +82,29 @@ def buckets(response_mask: torch.Tensor, group_size: int) -> list[torch.Tensor]:
 def response_logits(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) -> torch.Tensor:
     """The trainer's forward for `model.forward: lean3`: logits (b, T, V) of rows `rows` of rollout r, as
     lean.response_logits computes them, bucketed by length when padding would waste (buckets())."""
+    return _bucketed(lean3(model).response_logits, r, rows, group_size)
+
+
+def response_hidden(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) -> Head:
+    """The hidden states (b, T, C) behind `response_logits` and the head (the chunked log-probs, whose head
+    matmul is torch's, not gemm3's: equal to float rounding)."""
+    forward = lean3(model)
+    return Head(_bucketed(forward.response_hidden, r, rows, group_size), forward.lm_head)
+
+
+def _bucketed(states, r: Rollout, rows: slice, group_size: int) -> torch.Tensor:
+    """`states(ids, mask, response_ids, response_mask, g)` (the forward's logits or hidden states, (b, T, ·))
+    of rows `rows`, bucketed by length when padding would waste (buckets())."""
     ids, mask, resp, rmask = (x[rows] for x in (r.prompt_ids, r.prompt_mask, r.response_ids, r.response_mask))
     b, T = resp.shape
     g = group_size if group_size > 1 and b % group_size == 0 and (rows.start or 0) % group_size == 0 else 1
-    forward = lean3(model)
     parts = buckets(rmask, g)
     if len(parts) == 1:
-        return forward.response_logits(ids, mask, resp, rmask, g)
+        return states(ids, mask, resp, rmask, g)
     out = None
     for idx in parts:
         t = max(1, int(rmask[idx].sum(1).max()))                                  # this bucket's longest response
-        part = forward.response_logits(ids[idx], mask[idx], resp[idx, :t], rmask[idx, :t], g)     # (b_k, t, V)
+        part = states(ids[idx], mask[idx], resp[idx, :t], rmask[idx, :t], g)                       # (b_k, t, ·)
         if out is None:
             out = part.new_zeros(b, T, part.shape[-1])
         out = out.index_put((idx[:, None], torch.arange(t)[None, :]), part)
@@ -104,4 +117,5 @@ def engine(model: torch.nn.Module, tokenizer) -> LeanEngine:
     return LeanEngine(model, tokenizer, forward=lean3, compact_at=COMPACT_AT)
 
 
-FORWARDS.register("lean3")(Forward(response_logits, engine, engine_version=3, tiny_qwen3_only=True))
+FORWARDS.register("lean3")(Forward(response_logits, engine, response_hidden, engine_version=3,
+                                   tiny_qwen3_only=True))

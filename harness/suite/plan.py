@@ -4,7 +4,8 @@ The estimate is steps × seconds per step ÷ parallel trials. Seconds per step c
 finished steps when results exist (median `perf/step_s`), else from the measured cost of the tiny base's
 task (benchmarks/README.md), else it is unknown. Tiny bases add their measured evaluation time. For a GPU
 suite (a local model on `resources.gpu` GPUs) the line after is a projection of GPU-hours from arithmetic
-(gpu_projection), not a measurement.
+(gpu_projection), not a measurement, and so is the memory per GPU after it (suite/memory.py), which `check`
+and the dry run refuse in one line when it exceeds resources.gpu_memory_gib.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import os
 import statistics
 from pathlib import Path
 
+from harness.errors import ConfigError
 from harness.store import trialdir
+from harness.suite import memory
 from harness.trial import numerics
 from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
                                    tune_trial)
@@ -44,7 +47,9 @@ GPU_PEAK_FLOPS, GPU_ASSUMED_MFU, PROMPT_TOKENS_ASSUMED = 989e12, 0.25, 256
 
 
 def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Trial] | None = None) -> str:
+    """The dry run's text; a ConfigError (one line, with the projection) when a GPU suite exceeds its card."""
     trials = select_trials(expand(suite) if trials is None else trials, only)
+    check_memory(suite, trials)
     suite_dir = Path(results_root) / suite.name
     done = [t for t in trials if trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
@@ -111,6 +116,14 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
                          " (evaluation not included)"))
     if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
         lines.append(gpu_projection(todo, suite.resources.gpu))
+    return lines + memory.suite_lines(suite, trials)[0]
+
+
+def check_memory(suite: Suite, trials: list[Trial]) -> list[str]:
+    """The memory projection's lines of a GPU suite (suite/memory.py); a ConfigError when it exceeds the card."""
+    lines, refusal = memory.suite_lines(suite, trials)
+    if refusal:
+        raise ConfigError(refusal)
     return lines
 
 

@@ -42,11 +42,12 @@ def load_checkpoint(path: Path) -> dict:
     file cannot run code; a file that is not such a checkpoint is refused with one line."""
     from harness.trial.batches import Batch
     from harness.rollout.base import Rollout
+    from harness.rollout.gap import EngineGap
     from harness.tasks.base import Problem
 
     try:                       # older checkpoints name Batch by the module that pickled it then
         with torch.serialization.safe_globals([Batch, (Batch, "harness.trainer.Batch"), (Batch, "harness.delay.Batch"),
-                                               Rollout, Problem]):
+                                               Rollout, Problem, EngineGap]):
             state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 — pickle errors of any kind: refuse the file, never execute it
         raise ValueError(f"{path}: not a loadable stalebench checkpoint ({type(exc).__name__}); delete it to "

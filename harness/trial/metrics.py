@@ -123,7 +123,7 @@ def rollout_metrics(batch: Any, version: int, part: Any = None) -> dict[str, flo
             "stale/mean": float(staleness.mean()), "stale/max": float(staleness.max()),
             "perf/rollout_s": r.seconds, "perf/tokens_per_s": r.num_tokens / max(r.seconds, 1e-9),
             **token_staleness((batch if part is None else part).rollout, version),
-            **({} if batch.engine_gap is None else {"is/engine_gap_max": batch.engine_gap}),
+            **({} if batch.engine_gap is None else batch.engine_gap.metrics()),
             **({} if r.logp_rollout is None else mismatch_metrics(r.logp_behavior, r.logp_rollout, r.response_mask))}
 
 

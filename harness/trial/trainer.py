@@ -21,8 +21,9 @@ from algorithms import LossInputs, aggregate, compute_loss, group_advantages, pr
 from harness.registry import SOURCES, claimant
 from harness.bases import base_identity
 from harness.bases.models import check_eval_set, load_model, problems_sha256
-from harness.rollout import EngineSettings, make_engine, response_logits, token_logp
+from harness.rollout import EngineSettings, make_engine, token_logp_of
 from harness.rollout.base import Rollout
+from harness.rollout.hf import enable_checkpointing
 from harness.rollout.mismatch import MismatchEngine
 from harness.config.run import EVAL_SPLITS, RunConfig
 from harness.config.dicts import to_dict
@@ -50,6 +51,8 @@ class Trainer:
         self.device = torch.device("cuda" if torch.cuda.is_available() and cfg.model.device != "cpu" else "cpu")
         self.model, self.tokenizer = load_model(path, cfg.model.dtype)
         self.model.to(self.device).train()
+        if cfg.model.gradient_checkpointing:          # each layer recomputed in the backward (model.gradient_checkpointing)
+            enable_checkpointing(self.model)
         self.ref_model = load_model(path, cfg.model.dtype)[0].to(self.device).eval() if cfg.train.kl_beta > 0 else None
         self.task = cfg.task.build()
         tc = cfg.train
@@ -68,13 +71,15 @@ class Trainer:
         self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path,
                                   EngineSettings(cfg.model.forward, cfg.model.dtype, cfg.model.gpu_memory_utilization),
                                   cfg.seed)
-        self.forward = response_logits(cfg.model.forward)          # the trainer's logits (model.forward)
+        # the trainer's log-probs: model.forward, full logits or chunks through the head (model.logp_chunk_tokens)
+        self.token_logp = token_logp_of(cfg.model.forward, cfg.model.logp_chunk_tokens)
         # training rollouts: the engine, or a copy of it whose log-probs differ from the trainer's (evaluation: the engine)
         sampler = self.engine if cfg.mismatch is None else MismatchEngine(self.tokenizer, seed=cfg.seed,
                                                                             **to_dict(cfg.mismatch))
         self.batches = Batches(seed=cfg.seed, prompts=tc.prompts_per_step, group_size=cfg.group_size, shards=tc.workers,
                                temperature=tc.temperature, max_new_tokens=tc.max_new_tokens,
-                               problems=self.train_problems, task=self.task, sampler=sampler, forward=self.forward,
+                               problems=self.train_problems, task=self.task, sampler=sampler,
+                               token_logp=self.token_logp,
                                recompute_behavior=cfg.model.behavior_logp == "recompute",
                                pad_token_id=self.tokenizer.pad_token_id, device=self.device, world=self.world)
         self.version = 0          # optimizer updates applied so far
@@ -116,7 +121,7 @@ class Trainer:
         loss_sum, parts, logps, entropies = 0.0, [], [], []
         for i in range(own.start, own.stop, micro):
             rows = slice(i, min(i + micro, own.stop))
-            logp, entropy = token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size, self.forward)
+            logp, entropy = self.token_logp(self.backend.model, r, rows, tc.temperature, cfg.group_size)
             if self.world.any(not torch.isfinite(logp.detach()[mask[rows]]).all()):
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
@@ -148,8 +153,8 @@ class Trainer:
         computes its rows)."""
         micro, B = self.cfg.train.micro_batch_size or r.response_ids.shape[0], r.response_ids.shape[0]
         own = self.world.rows(B)
-        return self.world.cat(torch.cat([token_logp(self.backend.model, r, slice(i, min(i + micro, own.stop)),
-                                                    self.cfg.train.temperature, self.cfg.group_size, self.forward)[0]
+        return self.world.cat(torch.cat([self.token_logp(self.backend.model, r, slice(i, min(i + micro, own.stop)),
+                                                         self.cfg.train.temperature, self.cfg.group_size)[0]
                                          for i in range(own.start, own.stop, micro)]))
 
     def _kl_penalty(self, r: Rollout, rows: slice, logp: torch.Tensor, totals: dict[str, float]) -> torch.Tensor:
@@ -157,7 +162,7 @@ class Trainer:
         if self.ref_model is None:
             return torch.zeros(())
         with torch.no_grad():
-            ref = token_logp(self.ref_model, r, rows, self.cfg.train.temperature, self.cfg.group_size, self.forward)[0]
+            ref = self.token_logp(self.ref_model, r, rows, self.cfg.train.temperature, self.cfg.group_size)[0]
         kl = torch.exp(ref - logp) - (ref - logp) - 1
         return self.cfg.train.kl_beta * aggregate(kl, r.response_mask[rows], self.cfg.train.aggregation,
                                                   max_tokens=self.cfg.train.max_new_tokens, **totals)
