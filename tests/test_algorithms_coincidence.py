@@ -49,19 +49,19 @@ def test_every_estimator_declares_its_family_and_source(name):
 
 
 def test_a_plugin_without_a_family_is_unspecified_and_a_bad_family_is_refused():
-    @register("_test_plain")
+    @register("test_plain")
     def plain(inp, ctx, *, eps):
         return -inp.advantages[:, None] * inp.logp, {}
     try:
-        d = describe("_test_plain")
+        d = describe("test_plain")
         assert (d["trust_region"], d["correction"], d["reads"], d["source"]) == ("unspecified",) * 4
     finally:
-        del _REGISTRY["_test_plain"]
+        del _REGISTRY["test_plain"]
     with pytest.raises(ValueError, match="trust_region 'soft' is not one of"):
-        register("_test_bad", trust_region="soft")(plain)
+        register("test_bad", trust_region="soft")(plain)
     with pytest.raises(ValueError, match="reads 'old'"):
-        register("_test_bad", reads=("theta", "old"))(plain)
-    assert "_test_bad" not in _REGISTRY
+        register("test_bad", reads=("theta", "old"))(plain)
+    assert "test_bad" not in _REGISTRY
 
 
 def test_the_cli_lists_every_estimator(capsys):

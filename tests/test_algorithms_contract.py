@@ -212,12 +212,12 @@ def test_the_public_contract_helper_catches_a_broken_estimator():
     from algorithms.registry import _REGISTRY
     from algorithms.testing import check_estimator
 
-    @register("_test_doubled")
+    @register("test_doubled")
     def doubled(inp, ctx, *, eps):
         return -inp.advantages[:, None] * torch.exp(inp.logp - inp.logp_behavior.detach()) * 2, {}
 
     try:
-        with pytest.raises(AssertionError, match="_test_doubled: on-policy"):
-            check_estimator("_test_doubled")
+        with pytest.raises(AssertionError, match="test_doubled: on-policy"):
+            check_estimator("test_doubled")
     finally:
-        del _REGISTRY["_test_doubled"]
+        del _REGISTRY["test_doubled"]
