@@ -155,6 +155,10 @@ class TrainConfig:
                                            # groups with its own seed, so it is part of what a trial is (docs/workers.md)
     save: str = "none"                     # keep the policy as a transformers model dir <trial>/policy:
                                            # final (at the last step) | best (best eval/acc) | none
+    prox_logp: str = field(default="recompute", metadata=NEW_SETTING)   # how π_prox is obtained: recompute (a
+                                           # forward of each batch when it takes several updates) | loglinear |
+                                           # linear: AReaL's A-3PO interpolation from the version tags, no
+                                           # forward (algorithms/proximal.py; docs/staleness.md)
 
     @property
     def updates_per_batch(self) -> int:
@@ -184,10 +188,12 @@ class TrainConfig:
         if self.micro_batch_size is not None:
             _positive(f"{key}.micro_batch_size", self.micro_batch_size)
         from algorithms import AGGREGATIONS, ADVANTAGE_MODES
+        from algorithms.proximal import PROX_LOGP_METHODS
 
         _choice(f"{key}.aggregation", self.aggregation, AGGREGATIONS)
         _choice(f"{key}.save", self.save, ("none", "final", "best"))
         _choice(f"{key}.advantage", self.advantage, ADVANTAGE_MODES)
+        _choice(f"{key}.prox_logp", self.prox_logp, PROX_LOGP_METHODS)
 
 
 EVAL_SPLITS = {"test": "eval", "validation": "validation"}     # eval.split -> the task's split

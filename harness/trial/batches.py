@@ -42,6 +42,7 @@ class Batch:
     group_ids: torch.Tensor        # (B,)
     engine_gap: EngineGap | None = None   # engine log-probs against the trainer's recomputation (external engines)
     logp_proximal: torch.Tensor | None = None   # (B, T) π_prox with several updates per batch (set at the first)
+    version_start: int | None = None   # the trainer's version at the batch's first update (set then; A-3PO's v_θ)
 
     def minibatches(self, m: int) -> list["Batch"]:
         """The batch split into `m` minibatches of whole prompt groups, in row order (train.minibatches)."""
@@ -51,7 +52,8 @@ class Batch:
         parts = [slice(j * rows, (j + 1) * rows) for j in range(m)]
         return [Batch(self.index, self.problems[j * per:(j + 1) * per],
                       self.rollout.take(list(range(part.start, part.stop))), self.rewards[part], self.group_ids[part],
-                      self.engine_gap, None if self.logp_proximal is None else self.logp_proximal[part])
+                      self.engine_gap, None if self.logp_proximal is None else self.logp_proximal[part],
+                      self.version_start)
                 for j, part in enumerate(parts)]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context, uses_batch_statistics
+from algorithms.proximal import interpolate_proximal
 
 from harness.registry import SOURCES, claimant
 from harness.bases import base_identity
@@ -98,7 +99,7 @@ class Trainer:
 
     def make_batch(self, index: int) -> Batch:
         """Batch `index` sampled by the current policy (on-policy; benchmarks and tests)."""
-        return self.batches.sample(index, self.model, self.version)
+        return replace(self.batches.sample(index, self.model, self.version), version_start=self.version)
 
     # -- one optimizer update ----------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, float]:
@@ -109,12 +110,12 @@ class Trainer:
         mask = r.response_mask
         micro = tc.micro_batch_size or B
         own = self.world.rows(B)              # the rows this process trains on (all B in one process)
-        prox = batch.logp_proximal            # None with one update per batch: π_prox is π_θ (detached)
         context = None
         if micro < B or (own.stop - own.start < B and uses_batch_statistics(cfg.algorithm)):
             # batch statistics once over the whole step batch
-            context = prepare_context(cfg.algorithm, LossInputs(self.logp_now(r), r.logp_behavior, adv, mask,
-                                                                batch.group_ids, prox, r.logp_rollout),
+            now = self.logp_now(r)
+            context = prepare_context(cfg.algorithm, LossInputs(now, r.logp_behavior, adv, mask, batch.group_ids,
+                                                                self._proximal(batch, slice(None), now), r.logp_rollout),
                                       eps=cfg.eps, **cfg.params)
         self.backend.zero_grad()
         totals = {"total_tokens": float(mask.sum()), "total_seqs": float(B)}
@@ -125,7 +126,7 @@ class Trainer:
             if self.world.any(not torch.isfinite(logp.detach()[mask[rows]]).all()):
                 raise Diverged("policy log-probs are NaN/inf")
             inp = LossInputs(logp, r.logp_behavior[rows], adv[rows], mask[rows], batch.group_ids[rows],
-                             None if prox is None else prox[rows],
+                             self._proximal(batch, rows, logp.detach()),
                              None if r.logp_rollout is None else r.logp_rollout[rows])
             out = compute_loss(cfg.algorithm, inp, eps=cfg.eps, aggregation=tc.aggregation, max_tokens=tc.max_new_tokens,
                                context=None if context is None else context.rows(rows), **totals, **cfg.params)
@@ -146,6 +147,18 @@ class Trainer:
         self.histogram = add_histograms(self.histogram, histogram)         # this batch's is_hist.jsonl row
         return {"loss/value": self.world.sum(loss_sum), "opt/grad_norm": float(grad_norm),
                 **combine_metrics(parts), **policy_metrics(logp, r.logp_behavior, mask, entropy), **diagnostics}
+
+    def _proximal(self, batch: Batch, rows: slice, logp: torch.Tensor) -> torch.Tensor | None:
+        """log π_prox of `rows` (train.prox_logp): recompute, the batch's recomputed one (None with one update per
+        batch: π_θ detached); loglinear | linear, AReaL's A-3PO interpolation from π_rollout (AReaL's old_logp),
+        π_θ (`logp`, detached) and the tokens' versions, with v_θ the version at the batch's first update."""
+        method = self.cfg.train.prox_logp
+        if method == "recompute":
+            return None if batch.logp_proximal is None else batch.logp_proximal[rows]
+        r = batch.rollout
+        old = r.logp_behavior if r.logp_rollout is None else r.logp_rollout
+        versions = r.version[:, None].expand_as(old) if r.token_version is None else r.token_version
+        return interpolate_proximal(old[rows], logp, versions[rows], batch.version_start, method)
 
     @torch.no_grad()
     def logp_now(self, r: Rollout) -> torch.Tensor:
@@ -264,8 +277,9 @@ def _loop(trainer: Trainer, log: RunLog, ckpt: Path, identity: dict[str, str], p
                     batch = trainer.source.take(s)
                     if trainer.source.records_versions and trainer.world.is_main:
                         log.side(TRACE, s + 1, trace_line(schedules_of(batch.rollout)))
-                    if k > 1:             # π_prox: the policy that starts consuming the batch, for all its updates
-                        batch.logp_proximal = trainer.logp_now(batch.rollout)
+                    if k > 1 and cfg.train.prox_logp == "recompute":   # π_prox: the policy that starts consuming
+                        batch.logp_proximal = trainer.logp_now(batch.rollout)   # the batch, for all its updates
+                    batch.version_start = trainer.version
                     minibatches = batch.minibatches(m)
                 part = minibatches[j % m]
                 row = rollout_metrics(batch, trainer.version, part)
