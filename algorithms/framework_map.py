@@ -7,7 +7,8 @@ Each row names what backs it:
                 with a golden row on the coincidence probes (algorithms/coincidence.py), in the regime the test names;
   cross-check:  docs/estimators.md "Peer cross-checks": the peer's code was run against ours once (numbers in that
                 table, not committed as test data);
-A row whose estimator is None is an option stalebench does not compute (yet); its note says why.
+A row whose estimator is None is an option stalebench does not compute as an estimator; its note says why, and its
+`setting` names the run-config setting that does it where there is one (train.prox_logp: tests/data/areal_prox_logp.json).
 Parameter values written <lo>, <hi>, <option>, <t> stand for the framework's values. Commits: verl b178a3cd56f5 (volcengine/verl; dppo_tv, dppo_kl and dro:
 verl-project/verl 1dda039b9c63), OpenRLHF 3c3be6234e0c, NeMo-RL 7ea279abfbeb, SkyRL a9564572eb8e, TRL f2cd57710ae3,
 AReaL 4aef98d8d818, prime-rl 559b44772e47 (the full hashes are in each estimator's docstring and the golden files).
@@ -27,6 +28,7 @@ IP = "golden: verl_icepop.json#"
 GEO, K3 = {}, {"rs": "seq_mean_k3", "rs_threshold": 0.01}
 CROSS = "cross-check: docs/estimators.md (peer cross-checks)"
 COIN = "coincidence: tests/test_algorithms_framework_map.py::"
+PROX = "golden: tests/data/areal_prox_logp.json (tests/test_prox_logp.py)"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Row:
     params: dict[str, object] = field(default_factory=dict)
     backed_by: str = ""
     note: str = ""
+    setting: str = ""                         # with no estimator: the run-config setting that does it, if any
 
 
 def _verl() -> list[Row]:
@@ -150,8 +153,10 @@ def _others() -> list[Row]:
             AR + "rejection_sampling {level: sequence, agg: max, metric: kl_k3, upper: 0.01}" + ONE_PER_SETTING,
             "AReaL's kl_k1 is log r and kl_k3 is 1/r − 1 + log r (verl's: −log r and r − 1 − log r)"),
         Row("areal", "actor.rejection_sampling null", "naive", {}, CROSS),
-        Row("areal", "actor.prox_logp_method loglinear | linear (A-3PO)", None, {}, "",
-            "a trainer option (how π_prox is obtained), not an estimator"),
+        Row("areal", "actor.prox_logp_method loglinear (A-3PO)", None, {}, PROX,
+            "a trainer option (how π_prox is obtained), not an estimator", setting="train.prox_logp: loglinear"),
+        Row("areal", "the linear approximation of actor.prox_logp_method metrics", None, {}, PROX,
+            "AReaL logs it as a metric only; here it can also train", setting="train.prox_logp: linear"),
         Row("prime-rl", "loss.type default (default_loss_fn: DPPO-Binary TV + KL)", "dppo", {},
             "golden: prime_rl_loss.json#loss.type default", "adv_tau fixed at 1"),
         Row("prime-rl", "loss.type ipo (ipo_loss_fn)", "ipo", {}, "golden: prime_rl_loss.json#loss.type ipo", "adv_tau fixed at 1"),
@@ -176,7 +181,7 @@ def describe(framework: str) -> str:
     """The text `stalebench estimators --from FRAMEWORK` prints: one block per option."""
     out = []
     for r in rows(framework):
-        target = f"{r.estimator} ({_params(r)})" if r.estimator else "not in stalebench"
+        target = f"{r.estimator} ({_params(r)})" if r.estimator else r.setting or "not in stalebench"
         out.append(f"{r.option}\n  -> {target}" + (f"\n  backed by: {r.backed_by}" if r.backed_by else "")
                    + (f"\n  note: {r.note}" if r.note else ""))
     return "\n".join(out)
@@ -194,7 +199,8 @@ def markdown() -> str:
     for fw in FRAMEWORKS:
         lines += [f"## {fw}", "", "| option | estimator | parameters | backed by | note |", "|---|---|---|---|---|"]
         for r in rows(fw):
-            cells = [r.option, f"`{r.estimator}`" if r.estimator else "—", _params(r) if r.estimator else "",
+            cells = [r.option, f"`{r.estimator}`" if r.estimator else "—", _params(r) if r.estimator else
+                     (f"`{r.setting}`" if r.setting else ""),
                      r.backed_by, r.note]
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         lines.append("")
