@@ -179,6 +179,9 @@ BAD = [
     ("lab-two-updates", suite_dict(base={**BASE, "lab": {"measure_groups": 0}, "train": {**BASE["train"],
                                                                                        "minibatches": 2}}),
      "train.passes, train.minibatches: a lab trial takes one optimizer update per batch"),
+    ("lab-prox-logp", suite_dict(base={**BASE, "lab": {"measure_groups": 0}, "train": {**BASE["train"],
+                                                                                      "prox_logp": "loglinear"}}),
+     "train.prox_logp: a lab trial takes π_prox = π_θ (one update per batch); remove train.prox_logp"),
 ]
 
 
