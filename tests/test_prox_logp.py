@@ -56,6 +56,10 @@ def test_interpolation_by_hand():
     assert float(linear[0, 2]) == pytest.approx(math.log(math.exp(-1) / 3 + 2 * math.exp(-2.5) / 3 + 1e-10), abs=1e-7)
     assert float(linear[0, 3]) == pytest.approx(math.log(0.2 * math.exp(-0.5) + 0.8 * math.exp(-3.0) + 1e-10), abs=1e-7)
     assert float(linear[0, 0]) == pytest.approx(math.log(math.exp(-1) + 1e-10), abs=1e-7)
+    # AReaL's 1e-10 floor shows on an improbable token: log(e^−30 + 1e-10) = log(1.0000000000936e-10) ≈ −23.02585
+    tiny = torch.full((1, 1), -30.0, dtype=torch.float64)
+    far = interpolate_proximal(tiny, tiny, torch.tensor([[2]]), 5, "linear")
+    assert float(far) == pytest.approx(math.log(1e-10 + math.exp(-30)), abs=1e-7) and float(far) > -23.03
 
 
 def test_the_default_is_kept_out_of_the_identity_and_bad_values_are_refused(tiny_base):
