@@ -110,3 +110,24 @@ def test_the_framework_map_rows_name_settings_the_config_accepts(tiny_base):
     for setting in settings:
         key, value = setting.split(": ")
         assert build_run_config(tiny_base, {key: value}).train.prox_logp == value
+
+
+def test_with_one_update_per_batch_the_interpolation_replaces_pi_theta(learning_base, tmp_path, monkeypatch):
+    """As in AReaL with one minibatch: π_prox is the interpolation, not π_θ detached. Delay 3: batch s is generated
+    by version max(0, s − 3) and used at v_θ = s, so α = 0, 0, 1/2 (v_θ 2, v 0: (1 − 0) / (2 − 0)), 2/3 (3, 0)."""
+    alphas, real = [], Trainer._proximal
+
+    def proximal(self, batch, rows, logp):
+        prox = real(self, batch, rows, logp)
+        r, m = batch.rollout, batch.rollout.response_mask
+        # linear: π_prox / π_b − 1 = α (π_θ / π_b − 1) (+ 1e-10 / π_b), read on the token that moved most
+        ratio = torch.exp(logp - r.logp_behavior)[m] - 1
+        at = int(ratio.abs().argmax())
+        alphas.append(round(float((torch.exp(prox - r.logp_behavior)[m] - 1)[at] / ratio[at]), 3))
+        return prox
+
+    monkeypatch.setattr(Trainer, "_proximal", proximal)
+    status, rows, _ = run(learning_base, tmp_path, delay=3, **{"train.steps": 4, "train.prox_logp": "linear",
+                                                               "algorithm": "naive"})
+    assert status == "completed" and len(rows) == 4
+    assert alphas[2:] == [0.5, 0.667]          # steps 0 and 1: π_θ = π_b (nothing moved yet) or α = 0
