@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor
 
-from .common import MAX_TOKEN_LOG_RATIO
+from .common import MAX_TOKEN_LOG_RATIO, BatchContext
 
 RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
               "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
@@ -161,3 +161,17 @@ def rs_metrics(keep: Tensor, mask: Tensor) -> dict[str, Tensor]:
     present = mask.any(dim=1)
     return {"rs/masked_frac": rejected.sum().to(torch.float64) / mask.sum().clamp_min(1),
             "rs/seq_masked_frac": (rejected.any(dim=1) & present).sum().to(torch.float64) / present.sum().clamp_min(1)}
+
+
+def rs_context(name: str, log_ratio: Tensor, mask: Tensor, *, rs: str | None, rs_threshold: str | float | None,
+               normalize: str, is_level: str | None, is_threshold: float | str,
+               is_batch_normalize: bool) -> BatchContext:
+    """The batch context of verl's rollout correction (decoupled and bypass modes alike) on the per-token
+    log-ratio of the policy it corrects to π_rollout: the rejection mask ("keep"), the normalization of the kept
+    tokens ("scale") and the batch-normalized IS factor ("is_scale")."""
+    keep = keep_mask(log_ratio, mask, parse_rs(name, rs, rs_threshold))
+    check_is(name, is_level, is_threshold)
+    weight = is_weight(log_ratio, mask, is_level, is_threshold)
+    return BatchContext(tensors={"keep": keep, "scale": kept_scale(name, keep, mask, normalize),
+                                 "is_scale": is_batch_scale(weight, mask, is_level, is_batch_normalize)},
+                        metrics=rs_metrics(keep, mask))

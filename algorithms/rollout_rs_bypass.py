@@ -30,7 +30,7 @@ import torch
 from .common import (MAX_TOKEN_LOG_RATIO, BatchContext, LossInputs, clipped_tokens, masked_mean, ppo_clip_token_loss,
                      rollout_log_prob)
 from .registry import register
-from .rejection import check_is, is_batch_scale, is_weight, keep_mask, kept_scale, parse_rs, rs_metrics
+from .rejection import check_is, is_weight, rs_context
 
 NAME = "rollout_rs_bypass"
 LOSSES = ("ppo_clip", "pg")
@@ -43,12 +43,8 @@ def _log_ratio(inp: LossInputs):
 def prepare(inp: LossInputs, *, eps: float, rs: str | None = "seq_mean_k1", rs_threshold: str | float | None = "0.999_1.001",
             normalize: str = "all", is_level: str | None = None, is_threshold: float | str = 2.0,
             is_batch_normalize: bool = False) -> BatchContext:
-    keep = keep_mask(_log_ratio(inp), inp.mask, parse_rs(NAME, rs, rs_threshold))
-    check_is(NAME, is_level, is_threshold)
-    weight = is_weight(_log_ratio(inp), inp.mask, is_level, is_threshold)
-    return BatchContext(tensors={"keep": keep, "scale": kept_scale(NAME, keep, inp.mask, normalize),
-                                 "is_scale": is_batch_scale(weight, inp.mask, is_level, is_batch_normalize)},
-                        metrics=rs_metrics(keep, inp.mask))
+    return rs_context(NAME, _log_ratio(inp), inp.mask, rs=rs, rs_threshold=rs_threshold, normalize=normalize,
+                      is_level=is_level, is_threshold=is_threshold, is_batch_normalize=is_batch_normalize)
 
 
 @register(NAME, prepare=prepare, trust_region="sequence-mask", correction="none", reads=("theta", "rollout"),
