@@ -328,9 +328,6 @@ class RunConfig:
             self._validate_inflight()
         if self.train.workers > 1:
             self._validate_workers()
-        if self.lab is None:                   # a lab trial draws no task problems
-            key = "task.train_size" if self.task.train_size is not None else "train.steps x train.prompts_per_step"
-            self.task.check_train_size(key, self.task.train_size or self.train.steps * self.train.prompts_per_step)
 
     def _validate_inflight(self) -> None:
         if isinstance(self.delay, DelayDistribution) or self.async_ is not None:
