@@ -13,10 +13,12 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError
 from harness.store.trialdir import RENAMED_KEYS
+from harness.store.untrusted import short
 
 # Field metadata of a setting added after trials were committed: `to_dict` leaves it out while it is at its
 # default, so every config that does not use it resolves, and hashes (config_sha256), as before it existed.
 OMIT_AT_DEFAULT = "omit_at_default"
+INT64 = 2 ** 63                            # an integer setting is a 64-bit integer wherever torch or numpy hold it
 NEW_SETTING = {OMIT_AT_DEFAULT: True}
 # What a user who still writes a renamed setting (store/trialdir.py RENAMED_KEYS) is told, by its new name.
 RENAMED_WHY = {"train.passes": "(full passes over each batch, what it meant); for several minibatch updates "
@@ -72,6 +74,9 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
             if not math.isfinite(number):
                 raise ConfigError(f"{key}: must be a finite number; got {value!r}")
             return float(number)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        raise ConfigError(f"{key}: {short(value, 40)} does not fit a 64-bit integer (torch and numpy hold it as one); "
+                          f"use a value below 2**63")
     if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
         return value
     raise ConfigError(f"{key}: expected {_type_name(tp)}; got {value!r}")

@@ -27,6 +27,16 @@ from harness.store.untrusted import short
 
 DEFAULT_ESTIMATOR = "grpo"
 MAX_STEPS = 10_000_000                     # a bound on train.steps (a typo of 10**30 would never end)
+FLOAT32_MAX = 3.4028234663852886e38        # torch.finfo(torch.float32).max: the trainer's float settings become
+                                           # float32 tensors (eps 1e300: "cannot be converted without overflow")
+MAX_THREADS = 1024                         # train.threads: torch.set_num_threads(10**6) kills the process
+MAX_PASS_K = 1024
+MIN_TEMPERATURE = 1e-6                     # logits / temperature stays finite in float32 (1e-40 sampled NaNs)
+
+
+def _float32(key: str, value: float) -> None:
+    if value > FLOAT32_MAX:
+        raise ConfigError(f"{key}: at most {FLOAT32_MAX:.4g} (the trainer holds it as a float32); got {value:g}")
 
 
 def _choice(key: str, value: object, valid: typing.Iterable[object]) -> None:
@@ -120,6 +130,18 @@ class TaskConfig:
         if self.validation_size and "validation_size" not in task_entry(self.name).settings:
             raise ConfigError(f"{key}.validation_size: task {self.name!r} takes none (a benchmark with a train file, "
                               f"gsm8k, does; cumsum-long has a fixed validation split); remove it")
+        try:                                   # the task's own bounds (addrev: eval_size below 1,000,000)
+            self.build()
+        except ValueError as exc:
+            raise ConfigError(f"{key}: task {self.name!r} refuses these settings: {exc}") from None
+
+    def check_train_size(self, key: str, size: int) -> None:
+        """The trial's `size` train problems (trial/batches.py train_problems) fit the task's pool, when the
+        task states one (`max_train_size`)."""
+        limit = getattr(self.build(), "max_train_size", None)
+        if limit is not None and size > limit:
+            raise ConfigError(f"{key}: {size} train problems, more than task {self.name!r} has ({limit} with "
+                              f"task.eval_size {self.eval_size}); lower it")
 
     def build(self) -> Any:
         """The task these settings name (harness/tasks)."""
@@ -180,8 +202,15 @@ class TrainConfig:
                               f"whole prompt groups)")
         if self.steps > MAX_STEPS:
             raise ConfigError(f"{key}.steps: at most {MAX_STEPS}; got {self.steps}")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"{key}.threads: at most {MAX_THREADS} torch CPU threads per process; got {self.threads}")
         for name in ("weight_decay", "kl_beta", "checkpoint_every", "grad_clip"):
             _positive(f"{key}.{name}", getattr(self, name), strict=False)
+        for name in ("lr", "weight_decay", "kl_beta", "grad_clip", "temperature"):
+            _float32(f"{key}.{name}", getattr(self, name))
+        if self.temperature < MIN_TEMPERATURE:
+            raise ConfigError(f"{key}.temperature: at least {MIN_TEMPERATURE:g} (logits / temperature must stay a "
+                              f"finite float32); got {self.temperature:g}")
         for name in ("beta1", "beta2"):               # Adam's decay rates: torch refuses anything outside [0, 1)
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"{key}.{name}: must be in [0, 1) (Adam's decay rate); got {getattr(self, name)}")
@@ -210,6 +239,8 @@ class EvalConfig:
     def validate(self, key: str) -> None:
         _positive(f"{key}.every_steps", self.every_steps)
         _positive(f"{key}.pass_k", self.pass_k, strict=False)
+        if self.pass_k > MAX_PASS_K:       # k samples of every eval problem at once (10**6: 32 GB for 32 problems)
+            raise ConfigError(f"{key}.pass_k: at most {MAX_PASS_K} samples per problem; got {self.pass_k}")
         if self.size is not None:
             _positive(f"{key}.size", self.size)
         _choice(f"{key}.split", self.split, EVAL_SPLITS)
@@ -259,6 +290,7 @@ class RunConfig:
 
     def validate(self, key: str = "base") -> None:
         from algorithms import check_params, loss_names
+        from harness.tasks import task_entry
 
         _choice("algorithm", self.algorithm, loss_names())
         try:
@@ -276,6 +308,7 @@ class RunConfig:
         else:
             _positive("delay", self.delay, strict=False)
         _positive("eps", self.eps)
+        _float32("eps", self.eps)
         _positive("seed", self.seed, strict=False)    # numpy's generators take no negative seed
         if self.group_size < 2:
             raise ConfigError(f"group_size: must be >= 2 (group-relative advantages need a baseline); got {self.group_size}")
@@ -290,6 +323,11 @@ class RunConfig:
             if "validation" not in getattr(self.task.build(), "splits", ()):
                 raise ConfigError(f"eval.split: task {self.task.name!r} has no validation split (cumsum-long has "
                                   f"one; gsm8k with task.validation_size); set eval.split: test")
+        if self.eval.split == "test" and self.eval.size is not None and self.eval.size > self.task.eval_size and \
+                "eval_size" in task_entry(self.task.name).settings:
+            raise ConfigError(f"eval.size: {self.eval.size} is more than the task's held-out set, whose first "
+                              f"eval.size problems it evaluates (task.eval_size {self.task.eval_size}); lower "
+                              f"eval.size or raise task.eval_size")
         if self.async_ is not None and self.delay:
             raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
         if self.inflight is not None:

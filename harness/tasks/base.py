@@ -28,7 +28,8 @@ class Problem:
 
 @runtime_checkable
 class Task(Protocol):
-    """A source of problems with a reward in [0, 1]."""
+    """A source of problems with a reward in [0, 1]. A task whose train pool is bounded states the bound as a
+    ``max_train_size`` attribute, which the run config checks (config/run.py TaskConfig.check_train_size)."""
 
     name: str
 

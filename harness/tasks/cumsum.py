@@ -42,6 +42,7 @@ EVAL_RNG_SEED = 20_261_201
 VALIDATION_RNG_SEED = 20_261_203            # cumsum-long's validation split (v3)
 DEFAULT_EVAL_SIZE = 2500
 DEFAULT_TRAIN_SIZE = 100_000
+MAX_TRAIN_SIZE = 10_000_000
 _CHUNK = 4096                               # draws per round of _draw (part of the generator)
 
 
@@ -114,6 +115,11 @@ class CumSumTask:
         return ("train", "eval", "validation") if self.shape.validation_size else ("train", "eval")
 
     @property
+    def max_train_size(self) -> int:
+        """The most train problems `problems` draws."""
+        return MAX_TRAIN_SIZE
+
+    @property
     def max_response_tokens(self) -> int:
         """The longest answer and its <eos>."""
         return self.shape.max_digits + 1
@@ -139,8 +145,8 @@ class CumSumTask:
             return make(self._validation_digits(held_out)[:_size(split, size, self.shape.validation_size)])
         if split == "train":
             size = DEFAULT_TRAIN_SIZE if size is None else size
-            if not 0 <= size <= 10_000_000:
-                raise ValueError(f"train size must be in [0, 10000000], got {size}")
+            if not 0 <= size <= MAX_TRAIN_SIZE:
+                raise ValueError(f"train size must be in [0, {MAX_TRAIN_SIZE}], got {size}")
             if self.shape.validation_size:
                 held_out += self._validation_digits(held_out)
             return make(_draw(np.random.default_rng(seed), size, set(held_out), self.shape))

@@ -51,6 +51,11 @@ class AddRevTask:
         if not 0 < self.eval_size < _NUM_PAIRS:
             raise ValueError(f"eval_size must be in (0, {_NUM_PAIRS}), got {self.eval_size}")
 
+    @property
+    def max_train_size(self) -> int:
+        """The train pool: every pair outside the eval set."""
+        return _NUM_PAIRS - self.eval_size
+
     def _eval_indices(self) -> np.ndarray:
         rng = np.random.default_rng(EVAL_RNG_SEED)
         return rng.choice(_NUM_PAIRS, size=self.eval_size, replace=False)

@@ -23,7 +23,12 @@ class LlmKind:
 
     @staticmethod
     def validate(cfg: RunConfig) -> None:
-        pass                                   # RunConfig.validate covers every setting it reads
+        """RunConfig.validate covers every setting it reads; here, that the task holds the trial's train
+        problems (trial/batches.py train_problems: task.train_size, else train.steps x train.prompts_per_step)."""
+        size, key = cfg.task.train_size, "task.train_size"
+        if size is None:
+            size, key = cfg.train.steps * cfg.train.prompts_per_step, "train.steps x train.prompts_per_step"
+        cfg.task.check_train_size(key, size)
 
     @staticmethod
     def needs_base(cfg: RunConfig) -> bool:
