@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
-from bad_inputs import TRIAL, Case, base, dump, suite, trial_file
+from bad_inputs_cases import TRIAL, Case, base, dump, suite, trial_file
 
 VICTIM = "do not overwrite me\n"
 EVALS = "".join(json.dumps({"step": s, "eval/acc": 0.25}) + "\n" for s in (0, 2, 4))
