@@ -79,8 +79,9 @@ def _plan_line(suite: Suite, spec: TuneSpec, seeds: list[int]) -> str:
     if spec.method == "grid":
         values = ", ".join(f"{v:g}" for v in spec.grid_values())
         return (f"tuning {spec.param} on a log grid of {spec.points} values ({values}) for {', '.join(suite.algorithms)}, "
-                f"each on {on}, up to {spec.max_extend} more beyond an edge where the best lies, at delay "
-                f"{spec.tune_delay(suite)}")
+                f"each on {on}, up to {spec.max_extend} more beyond an edge where the best lies"
+                + (f" and {spec.max_refine} midpoints where it falls by more than {spec.cliff:g} beside the best"
+                   if spec.max_refine else "") + f", at delay {spec.tune_delay(suite)}")
     return (f"tuning {spec.param} in [{spec.low:g}, {spec.high:g}] for {', '.join(suite.algorithms)}: "
             f"{spec.trials_per_algorithm} trials each at delay {spec.tune_delay(suite)}"
             + (f", each value on {on}" if len(seeds) > 1 else ""))
@@ -93,8 +94,9 @@ def _header(suite: Suite, spec: TuneSpec, seeds: list[int], split: str, task: st
     if spec.method == "grid":
         method = (f"# Grid through Ray Tune: {spec.points} log-spaced values in [{spec.low:g}, {spec.high:g}] (4 "
                   f"significant digits), each on every seed, then up to {spec.max_extend} more beyond an edge "
-                  f"where an estimator's best value lies; delay {spec.tune_delay(suite)}, {seed_text}, objective: "
-                  f"{objective}.")
+                  f"where an estimator's best value lies" + (f", then up to {spec.max_refine} midpoints where the "
+                  f"objective falls by more than {spec.cliff:g} beside the best" if spec.max_refine else "")
+                  + f"; delay {spec.tune_delay(suite)}, {seed_text}, objective: {objective}.")
     else:
         count = f"{spec.trials_per_algorithm} " + ("trials" if len(seeds) == 1 else "values, each on every seed,")
         method = (f"# Optuna TPE through Ray Tune, {count} per estimator, log-uniform in [{spec.low:g}, "
