@@ -60,6 +60,9 @@ def test_only_finished_trials_land_and_each_is_its_own_commit(repo):
     assert campaign.landed(dest) == ["grpo-d0-s0"]
     assert git(repo, "log", "--format=%s", "-1") == "campaign camp: grpo-d0-s0 landed\n"
     assert git(repo, "status", "--porcelain", "--", "campaigns") == ""        # committed, nothing left staged
+    commits = git(repo, "rev-list", "--count", "HEAD")
+    assert campaign.land(suite_dir, suite_dir / "grpo-d0-s0", dest) is None   # reported finished again: no-op
+    assert git(repo, "rev-list", "--count", "HEAD") == commits
 
 
 def test_restore_moves_a_partial_directory_aside_and_refuses_a_misnamed_archive(repo, tmp_path):

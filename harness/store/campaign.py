@@ -30,14 +30,18 @@ def campaign_dir(suite_name: str, tuning: bool = False, root: Path = CAMPAIGNS) 
 
 def land(suite_dir: Path, trial_dir: Path, dest: Path, commit: bool = True) -> Path | None:
     """Pack the finished trial ``trial_dir`` (of results/<suite> or its tune/) into ``dest``/<id>.tar.gz and
-    commit that file alone when ``dest`` is in a git work tree; None for a trial that has not finished
-    (failed or in flight: it runs again). Returns the archive's path."""
+    commit that file alone when ``dest`` is in a git work tree. Returns the archive's path; None for a trial
+    that has not finished (failed or in flight: it runs again) and for one already landed as it is now (a
+    restored trial the runner reports finished again: packing is deterministic, so nothing changed)."""
     trial_dir = Path(trial_dir)
     if trialdir.read_status(trial_dir).get("status") not in trialdir.FINAL:
         return None
     dest.mkdir(parents=True, exist_ok=True)
-    out = pack_suite(Path(suite_dir), dest / f"{trial_dir.name}{SUFFIX}", trial_dir.parent,
-                     only=frozenset({trial_dir.name}))
+    out = dest / f"{trial_dir.name}{SUFFIX}"
+    before = out.read_bytes() if out.is_file() else None
+    pack_suite(Path(suite_dir), out, trial_dir.parent, only=frozenset({trial_dir.name}))
+    if out.read_bytes() == before:
+        return None
     if commit:
         _commit(out, f"campaign {Path(suite_dir).name}: {trial_dir.name} landed")
     return out
