@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.expand import load_suite_file
+from harness.config.expand import expand, load_suite_file
 from harness.store import campaign
 from harness.store.archive import ArchiveError, pack_suite
 from harness.store.trialdir import SUITE_FILE
@@ -108,3 +108,18 @@ def test_a_replaced_machine_loses_only_the_trial_in_flight(repo, tiny_base, capf
         repo / "results" / "camp" / ids[0] / "metrics.jsonl").read_bytes()               # restored byte for byte
     assert rows(new / "camp" / ids[1]) == metrics[ids[1]]                               # rerun: same numbers
     assert campaign.landed(dest) == ids
+
+
+def test_a_run_of_some_trials_plans_them_all(tmp_path, tiny_base):
+    # the plan is the suite's trials, not the run's selection: a partial suite's report names the rest
+    from harness.suite.session import SuiteSession
+
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"suite": "plan", "base": tiny_base, "seeds": [0, 1],
+                                    "grid": {"algorithm": ["grpo", "m2po"], "delay": [0, 2], "eps": [0.2]}}))
+    suite = load_suite_file(path)
+    session = SuiteSession.open(suite, expand(suite)[:1], tmp_path / "results", mirrored=False)
+    plan = json.loads((session.suite_dir / "plan.json").read_text())["trials"]
+    assert [p["trial_id"] for p in plan] == ["grpo-d0-e0.2-s0", "grpo-d0-e0.2-s1", "grpo-d2-e0.2-s0", "grpo-d2-e0.2-s1",
+                                             "m2po-d0-s0", "m2po-d0-s1", "m2po-d2-s0", "m2po-d2-s1"]
+    assert plan[4]["point"] == {"algorithm": "m2po", "delay": 0, "seed": 0}     # m2po reads no eps: not its point

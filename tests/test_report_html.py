@@ -53,6 +53,10 @@ def make_results(root: Path) -> Path:
         f.write('{"step": 41, "loss/va')
     (suite / "lab").mkdir()
     write_jsonl(suite / "lab" / "bias.jsonl", [{"G": 8, "bias": 0.1}])
+    plan = [{"trial_id": f"{a}-d{d}-{'' if a == 'm2po' else 'e0.2-'}g8-s{s}",      # m2po does not read eps:
+             "point": {"algorithm": a, "delay": d, "group_size": 8, "seed": s, **({} if a == "m2po" else {"eps": 0.2})}}
+            for a in ("grpo", "gmc_grpo", "m2po") for d in (0, 8) for s in (0, 1, 2)]   # its ids drop it
+    (suite / "plan.json").write_text(json.dumps({"trials": plan}))
     return suite
 
 
@@ -185,6 +189,18 @@ def test_statistics_in_bundle(built):
     assert diverged["seeds"] == 3 and diverged["collapse_rate"] == pytest.approx(1 / 3)
     assert bundle["collapse_rules"]["patience"] == 2  # from suite.yaml's report section
     assert bundle["collapse_rules"]["entropy_max"] is None  # inf written as null
+
+
+def test_a_partial_suite_names_what_has_no_result(built):
+    # 3 estimators x 2 delays x seeds 0-2 = 18 trials; seed 2 has: m2po-d8 failed, gmc_grpo-d8 running (no
+    # status.json), gmc_grpo-d0 diverged (a result); the other three seed-2 trials never started. m2po does not
+    # read eps: the plan's ids drop it, and the fixture's directories (named with it) still match by point
+    index, _ = built
+    bundle = json.loads((index.parent / "results.json").read_text())
+    assert bundle["missing_trials"] == ["grpo-d0-e0.2-g8-s2", "grpo-d8-e0.2-g8-s2", "gmc_grpo-d8-e0.2-g8-s2",
+                                        "m2po-d0-g8-s2", "m2po-d8-g8-s2"]
+    assert ("partial suite: 13 of its 18 trials have a result; the tables cover those only. Missing 5 (3 not "
+            "started, 2 running, failed or invalid)") in index.read_text()
 
 
 def test_hostile_strings_are_escaped(built):

@@ -124,6 +124,33 @@ def not_counted(trial_ids: Iterable[str], notes: Iterable[str]) -> list[str]:
     return [f"trial {t} is not counted: {n}" for t, n in zip(trial_ids, notes)]
 
 
+def not_finished(expected: Iterable[tuple[str, Mapping[str, Any]]],
+                 present: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """The suite's trials (``expected``: id and grid point of each trial of its expansion) without a result,
+    and those of them that were started: a trial is matched by its grid point (every key of the point equal,
+    so a copy named otherwise still counts), and has a result when a matching trial's status (a row of
+    ``present``) is completed or diverged."""
+    rows = list(present)
+    missing, started = [], []
+    for trial_id, point in expected:
+        matches = [r for r in rows if all(_same(r.get(k), v) for k, v in point.items())]
+        if not any(r.get("status") in trialdir.FINAL for r in matches):
+            missing.append(trial_id)
+            started += [trial_id] if matches else []
+    return missing, started
+
+
+def partial_suite(missing: list[str], started: list[str], n_expected: int) -> list[str]:
+    """The warning of a suite that has not finished (none when every trial has a result): how many trials
+    the tables cover, how many are missing and why, and how to go on."""
+    if not missing:
+        return []
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return [f"partial suite: {n_expected - len(missing)} of its {n_expected} trials have a result; the tables "
+            f"cover those only. Missing {len(missing)} ({len(missing) - len(started)} not started, {len(started)} "
+            f"running, failed or invalid): {shown}. `stalebench run` on the same suite runs what is missing."]
+
+
 def params_problems(params: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     """One note per params.json key that contradicts the setting of the same (dotted) name in config.yaml."""
     out = []

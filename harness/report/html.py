@@ -110,7 +110,10 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     exports = paper.write_exports(papers, res.name, out_dir)
 
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
-    context["warnings"] = context["warnings"] + not_drawn + _invalid_trials(a.trials)
+    missing, started = checks.not_finished(res.expected, a.trials.to_dict("records"))
+    context["warnings"] = (checks.partial_suite(missing, started, len(res.expected)) + list(res.plan_notes)
+                           + context["warnings"]
+                           + not_drawn + _invalid_trials(a.trials))
     context["docs_url"] = docs_url(out_dir)
     context["first"] = first
     context["staleness_note"] = regime.staleness_note(labels)
@@ -142,6 +145,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,
                        "missing": prov.n_missing, "started_utc": prov.started},
         "rendered": rendered,
+        **({"missing_trials": missing} if missing else {}),          # a partial suite: what has no result
     }
     write_file(out_dir / "results.json", json.dumps(_jsonable(bundle), indent=1, allow_nan=False))
     return out_dir / "index.html"

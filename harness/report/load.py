@@ -83,6 +83,8 @@ class SuiteResults:
     evals: pd.DataFrame  # long (trial_id, step, eval/acc)
     provenance: dict[str, dict[str, Any] | None]  # trial_id -> provenance.json (None: absent/unreadable)
     importance: dict[str, Importance]  # trial_id -> its importance diagnostics
+    expected: tuple[tuple[str, dict[str, Any]], ...] = ()  # plan.json: each trial of the suite, id and grid point
+    plan_notes: tuple[str, ...] = ()  # a warning when plan.json is unreadable
 
     @property
     def diagnostic_keys(self) -> list[str]:
@@ -320,6 +322,7 @@ def load_results(results_dir: Path) -> SuiteResults:
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
                          "suite first or pass another results dir")
     trial_rows, metric_parts, eval_parts, provenance, importance = [], [], [], {}, {}
+    expected, plan_notes = _expected(results_dir)
     grid, seeds = _suite_points(results_dir, suite)
     read = [partial(_read_trial, d, grid, seeds) for d in dirs]
     parts = fork_map(read, chunks_per_worker=4) if len(dirs) >= PARALLEL_TRIALS else [job() for job in read]
@@ -351,7 +354,23 @@ def load_results(results_dir: Path) -> SuiteResults:
         evals=_long_frame(eval_parts),
         provenance=provenance,
         importance=importance,
+        expected=expected,
+        plan_notes=plan_notes,
     )
+
+
+def _expected(results_dir: Path) -> tuple[tuple[tuple[str, dict[str, Any]], ...], tuple[str, ...]]:
+    """plan.json's trials (each an id and its grid point; what a finished suite holds) and a note when it is
+    unreadable; no trials (and no claim about completeness) without one (results written before it was)."""
+    data, problem = trialdir.read_object(results_dir / trialdir.PLAN)
+    if problem == "missing":
+        return (), ()
+    rows = data.get("trials") if data is not None else None
+    if not (isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("trial_id"), str)
+                                           and isinstance(r.get("point"), dict) for r in rows)):
+        return (), (f"{trialdir.PLAN} is unreadable or not a list of trials: the report cannot say which of the "
+                    "suite's trials are missing (run the suite again to rewrite it)",)
+    return tuple((r["trial_id"], r["point"]) for r in rows), ()
 
 
 def _long_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFrame:

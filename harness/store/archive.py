@@ -38,8 +38,8 @@ from harness.errors import os_error_line
 from harness.store.safewrite import open_atomic
 from harness.store.untrusted_archive import check_tar_gz
 SUITE_FILE = trialdir.SUITE_FILE
-SUITE_FILES = (SUITE_FILE, "coincidences.json", "lab/sweeps.json")   # the suite-level files an archive carries:
-# the suite, the estimators whose gradients coincide in its regime (harness/suite/coincidences.py), an estimator-lab
+SUITE_FILES = (SUITE_FILE, trialdir.PLAN, "coincidences.json", "lab/sweeps.json")   # the suite-level files an
+# archive carries: the suite, its trials (what a partial suite lacks), the estimators whose gradients coincide in its regime (harness/suite/coincidences.py), an estimator-lab
 # suite's stored sweeps (harness/lab/sweep_file.py); the report renders from all three
 ARCHIVE_NAME = "raw.tar.gz"
 TUNE_ARCHIVE_NAME = "tune.raw.tar.gz"   # the tuning trials of `stalebench tune` (results/<suite>/tune/)

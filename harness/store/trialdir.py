@@ -62,6 +62,8 @@ RAW = (*RECORD, *SIDE_ROWS)                # what a raw archive (--raw) and a me
 ROW_FILES = (METRICS, EVALS)               # one JSON row per line, keyed by step
 LAB_DIR, RAY_DIR, TUNE_DIR = "lab", "ray", "tune"   # beside the trials: the lab's sweeps, Tune's storage, tune's trials
 SUITE_FILE, TUNE_TRIALS = "suite.yaml", "trials.jsonl"
+PLAN = "plan.json"                         # beside suite.yaml: every trial of the suite (id, grid point), written at
+                                           # the start of each run, so that a partial suite's report says what is missing
 REFERENCE_SUITE = "reference-suite.yaml"   # beside a merged report's trials (report --merge): the reference's suite
 POLICY_DIR, BENCHMARKS_DIR, BENCHMARK_RESULTS, LOCK = "policy", "benchmarks", "results.json", ".lock"
 NOT_TRIALS = frozenset({LAB_DIR, RAY_DIR, TUNE_DIR})   # directories beside the trials that are not trials

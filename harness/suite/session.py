@@ -6,24 +6,28 @@
        (the trial kinds say which need one: kinds.py)
     3. every mirror the suite's `tracking:` asks for can work here                 nothing written
     4. results whose config changed are refused, or moved aside (on_change)        the first write
-    5. results/<suite>/suite.yaml: the effective suite file (status, reports)
+    5. results/<suite>/suite.yaml: the effective suite file (status, reports), and plan.json: every trial
+       of the suite, which a partial suite's report compares with what it finds
 
 The trials are those the caller expanded once (suite.load_suite_file validated them); the driver then
 starts Ray, MLflow and the trials. Ray-free and torch-free.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.kinds import kind_of
 from harness.config.suite import Suite
-from harness.config.expand import Trial
+from harness.config.expand import Trial, expand
 from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity
 from harness.store.campaign import campaign_dir, restore
 from harness.store.safewrite import write_file
-from harness.store.trialdir import FINAL, SUITE_FILE, read_status, suite_results_dir, tune_dir
+from harness.store.trialdir import FINAL, PLAN, SUITE_FILE, read_status, suite_results_dir, tune_dir
+
+NOT_POINT = ("ignored", "stands_for")      # params.json keys that are not the trial's grid point
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class SuiteSession:
             restore(campaign_dir(suite.name, tuning=True), tune_dir(suite_dir))
         superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
         write_suite_file(suite, suite_dir)
+        write_plan(expand(suite), suite_dir)
         return cls(suite, trials, suite_dir, superseded)
 
     def pending(self) -> list[Trial]:
@@ -66,6 +71,14 @@ def verify_bases(trials: list[Trial]) -> None:
         if key not in seen and kind_of(t.config).needs_base(t.config):
             seen.add(key)
             base_identity(model)
+
+
+def write_plan(trials: list[Trial], suite_dir: Path) -> None:
+    """results/<suite>/plan.json: every trial of the suite (its id and grid point; a `--only` run plans them
+    all), which the report compares with the trials it finds."""
+    plan = [{"trial_id": t.trial_id, "point": {k: v for k, v in t.params.items() if k not in NOT_POINT}}
+            for t in trials]
+    write_file(suite_dir / PLAN, json.dumps({"trials": plan}, sort_keys=True))
 
 
 def write_suite_file(suite: Suite, suite_dir: Path) -> None:
