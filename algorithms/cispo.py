@@ -3,6 +3,9 @@
 Reference: MiniMax-M1 (arXiv 2506.13585); code: verl verl/trainer/ppo/core_algos.py `compute_policy_loss_cispo`,
 commit b178a3cd56f58b2d502255daba591e92833930a7 (TRL's `loss_type="cispo"` clips the upper side only, at
 `epsilon_high`).
+Golden-tested against verl's own function at b178a3cd and at verl-project/verl
+1dda039b9c6311889a9c9a26040677e1254814f9 (same numbers): tests/data/golden/verl_policy_losses.json,
+loss_mode cispo.
 Policies read: π_θ (`logp`) and π_b (`logp_behavior`, verl's `old_log_prob`: in verl's bypass mode the
 sampling policy's log-probs, which is the stale-batch reading stalebench gives every policy loss, as `grpo`).
 

@@ -7,7 +7,7 @@ cap default 5.0 is AReaL's documented default: its former `behave_imp_weight_cap
 areal/api/cli_args.py (same commit) now restores as `rejection_sampling: {level: token, action: mask,
 metric: ratio, upper: 5.0}` (that dataclass's `upper` default is 5.0). `behavior_weight_cap=None` (the weight
 uncapped) has no current AReaL counterpart: AReaL's `rejection_sampling: null` applies no behavior weight at
-all, which is `naive` (checked against its code: docs/estimators.md, peer cross-checks).
+all, which is `naive` (golden-tested: tests/data/golden/areal_rejection.json, `rejection_sampling null`).
 Policies read: π_θ, π_prox (`logp_proximal`) and π_rollout (`logp_rollout`, falling back to `logp_behavior`):
 AReaL's "behavior" log-probs are the inference engine's.
 

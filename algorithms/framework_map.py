@@ -5,12 +5,11 @@ Each row names what backs it:
                 estimator's loss and gradient to 1e-6 (tests/test_algorithms_golden.py);
   coincidence:  tests/test_algorithms_framework_map.py::<test>: the estimator's gradient equals that of an estimator
                 with a golden row on the coincidence probes (algorithms/coincidence.py), in the regime the test names;
-  cross-check:  docs/estimators.md "Peer cross-checks": the peer's code was run against ours once (numbers in that
-                table, not committed as test data);
 A row whose estimator is None is an option stalebench does not compute as an estimator; its note says why, and its
 `setting` names the run-config setting that does it where there is one (train.prox_logp: tests/data/areal_prox_logp.json).
 Parameter values written <lo>, <hi>, <option>, <t> stand for the framework's values. Commits: verl b178a3cd56f5 (volcengine/verl; dppo_tv, dppo_kl and dro:
-verl-project/verl 1dda039b9c63), OpenRLHF 3c3be6234e0c, NeMo-RL 7ea279abfbeb, SkyRL a9564572eb8e, TRL f2cd57710ae3,
+verl-project/verl 1dda039b9c63; the policy losses vanilla, cispo, gspo, sapo and geo_mean: both),
+OpenRLHF 3c3be6234e0c, NeMo-RL 7ea279abfbeb, SkyRL a9564572eb8e, TRL f2cd57710ae3,
 AReaL 4aef98d8d818, prime-rl 559b44772e47 (the full hashes are in each estimator's docstring and the golden files).
 
     python -m algorithms.framework_map > docs/framework-map.md      # the docs page (a test keeps it current)
@@ -26,7 +25,13 @@ ONE_PER_SETTING = " (and one case per setting)"
 P, AR = "golden: verl_policy_losses.json#", "golden: areal_rejection.json#"
 IP = "golden: verl_icepop.json#"
 GEO, K3 = {}, {"rs": "seq_mean_k3", "rs_threshold": 0.01}
-CROSS = "cross-check: docs/estimators.md (peer cross-checks)"
+GSPO = "clip_ratio_low 3e-4, clip_ratio_high 4e-4: examples/gspo_trainer"
+SAMPLER = "old_log_prob = the sampler's log-probs, as stalebench's π_b"
+PER_SEQ = "the suite's aggregation seq-mean-token-mean (verl aggregates this loss per sequence whatever loss_agg_mode)"
+TRL_BOUNDS = ("TRL's default loss_type dapo (token-mean); clip_min / clip_max: cap_low / cap (cases with bounds that "
+              "bind in the same file)")
+TRL_SEQ = "ours clamps the sequence log-weight at ±20, TRL does not"
+T = "golden: trl_grpo_is.json#"
 COIN = "coincidence: tests/test_algorithms_framework_map.py::"
 PROX = "golden: tests/data/areal_prox_logp.json (tests/test_prox_logp.py)"
 
@@ -80,11 +85,18 @@ def _verl() -> list[Row]:
         rows.append(Row("verl", f"{ac} preset {preset} (the bare loss: tokens kept)", "rollout_rs_bypass",
                         {**params, "normalize": "kept"}, V + f"{preset} [kept]"))
     rows += [
-        Row("verl", "actor.policy_loss.loss_mode vanilla (clip_ratio_c 3)", "grpo", {"dual_clip": 3.0}, CROSS),
-        Row("verl", "actor.policy_loss.loss_mode cispo", "cispo", {}, CROSS),
-        Row("verl", "actor.policy_loss.loss_mode gspo", "gspo", {}, CROSS, "seq-mean-token-mean aggregation"),
-        Row("verl", "actor.policy_loss.loss_mode sapo", "sapo", {}, CROSS, "seq-mean-token-mean aggregation"),
-        Row("verl", "actor.policy_loss.loss_mode geo_mean", "geo_mean", {}, CROSS, "seq-mean-token-mean aggregation"),
+        Row("verl", "actor.policy_loss.loss_mode vanilla (clip_ratio_c 3)", "grpo", {"dual_clip": 3.0},
+            P + "loss_mode vanilla (clip_ratio 0.2, clip_ratio_c 3.0)",
+            f"eps = clip_ratio, eps_high = clip_ratio_high; {SAMPLER}"),
+        Row("verl", "actor.policy_loss.loss_mode cispo", "cispo", {}, P + "loss_mode cispo (clip_ratio 0.2)",
+            f"eps_low / eps_high = clip_ratio_low / _high; {SAMPLER}"),
+        Row("verl", f"actor.policy_loss.loss_mode gspo ({GSPO})", "gspo", {}, P + f"loss_mode gspo ({GSPO})",
+            f"{PER_SEQ}; other clip ratios: eps_low, eps_high "
+            "(verl's default 0.2: the case loss_mode gspo (clip_ratio 0.2))"),
+        Row("verl", "actor.policy_loss.loss_mode sapo (tau_pos 1.0, tau_neg 1.05)", "sapo", {},
+            P + "loss_mode sapo (tau_pos 1.0, tau_neg 1.05)", PER_SEQ),
+        Row("verl", "actor.policy_loss.loss_mode geo_mean", "geo_mean", {}, P + "loss_mode geo_mean (clip_ratio 0.2)",
+            f"{PER_SEQ}; verl divides by the token count + 1e-8"),
         Row("verl", "actor.policy_loss.loss_mode dppo_tv (clip_ratio δ, actor clip_ratio_c 3.0)", "dppo_binary", {},
             P + "loss_mode dppo_tv (clip_ratio 0.2, clip_ratio_c 3.0)", "suite eps = clip_ratio (a TV threshold); verl-project 1dda039b"),
         Row("verl", "actor.policy_loss.loss_mode dppo_kl (clip_ratio δ, actor clip_ratio_c 3.0)", "dppo_binary",
@@ -138,11 +150,18 @@ def _others() -> list[Row]:
         Row("skyrl", f"{opc}.tis_ratio_type sequence (sequence_tis_ratio_clip_high 5.0)", "geo_mask",
             {"sequence_mask_metric": None, "tis_ratio_type": "sequence"},
             S + f"{opc}: tis_ratio_type=sequence, sequence_tis_ratio_clip_high=1.05"),
-        Row("trl", "vllm_importance_sampling_mode token_truncate", "tis", {"cap": 3.0}, CROSS),
-        Row("trl", "vllm_importance_sampling_mode token_mask", "mis", {"cap": 3.0}, CROSS),
-        Row("trl", "vllm_importance_sampling_mode sequence_truncate", "tis_seq", {"cap": 3.0}, CROSS),
-        Row("trl", "vllm_importance_sampling_mode sequence_mask (TRL's default)", "mis_seq", {"cap": 3.0}, CROSS),
-        Row("trl", "off_policy_mask_threshold (OPSM)", "opsm", {}, CROSS),
+        Row("trl", "vllm_importance_sampling_mode token_truncate", "tis", {"cap": 3.0},
+            T + "vllm_importance_sampling_mode token_truncate (clip_max 3.0)", TRL_BOUNDS),
+        Row("trl", "vllm_importance_sampling_mode token_mask", "mis", {"cap": 3.0},
+            T + "vllm_importance_sampling_mode token_mask (clip_max 3.0)", TRL_BOUNDS),
+        Row("trl", "vllm_importance_sampling_mode sequence_truncate", "tis_seq", {"cap": 3.0},
+            T + "vllm_importance_sampling_mode sequence_truncate (clip_max 3.0)", f"{TRL_BOUNDS}; {TRL_SEQ}"),
+        Row("trl", "vllm_importance_sampling_mode sequence_mask (TRL's default)", "mis_seq", {"cap": 3.0},
+            T + "vllm_importance_sampling_mode sequence_mask (clip_max 3.0)", f"{TRL_BOUNDS}; {TRL_SEQ}"),
+        Row("trl", "off_policy_mask_threshold δ (OPSM), vllm_importance_sampling_correction false", "opsm",
+            {"threshold": "<δ>"}, T + "off_policy_mask_threshold 0.5 (vllm_importance_sampling_correction false)",
+            "with the IS correction on (TRL's default under vLLM) TRL multiplies its IS weight in as well: "
+            "no single estimator"),
         Row("areal", "actor.rejection_sampling {level: token, action: mask, metric: ratio, upper: 5.0}", "decoupled", {},
             AR + "rejection_sampling {level: token, action: mask, metric: ratio, upper: 5.0} as decoupled"),
         Row("areal", "actor.rejection_sampling {} (the config's defaults: token, mask, ratio, mean, upper 5.0)", "decoupled_rs",
@@ -152,7 +171,8 @@ def _others() -> list[Row]:
                              "upper": "<upper>", "lower": "<lower>", "eps_high": "<eps_clip_higher>", "dual_clip": "<c_clip>"},
             AR + "rejection_sampling {level: sequence, agg: max, metric: kl_k3, upper: 0.01}" + ONE_PER_SETTING,
             "AReaL's kl_k1 is log r and kl_k3 is 1/r − 1 + log r (verl's: −log r and r − 1 − log r)"),
-        Row("areal", "actor.rejection_sampling null", "naive", {}, CROSS),
+        Row("areal", "actor.rejection_sampling null", "naive", {}, AR + "rejection_sampling null",
+            "eps_high = eps_clip_higher; AReaL's c_clip (a dual clip, off by default) has no naive counterpart"),
         Row("areal", "actor.prox_logp_method loglinear (A-3PO)", None, {}, PROX,
             "a trainer option (how π_prox is obtained), not an estimator", setting="train.prox_logp: loglinear"),
         Row("areal", "the linear approximation of actor.prox_logp_method metrics", None, {}, PROX,
@@ -194,8 +214,7 @@ def markdown() -> str:
              "a test checks that this page is current). The same rows: `stalebench estimators --from FRAMEWORK`.",
              "What backs a row: **golden**, the framework's own functions run on a fixed batch give the estimator's loss and",
              "gradient to 1e-6 (`tests/test_algorithms_golden.py`, data in `tests/data/golden/`); **coincidence**, equal",
-             "gradients on the coincidence probes to an estimator with a golden row; **cross-check**, the peer cross-checks",
-             "of [estimators.md](estimators.md).", ""]
+             "gradients on the coincidence probes to an estimator with a golden row.", ""]
     for fw in FRAMEWORKS:
         lines += [f"## {fw}", "", "| option | estimator | parameters | backed by | note |", "|---|---|---|---|---|"]
         for r in rows(fw):

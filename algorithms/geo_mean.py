@@ -3,6 +3,9 @@
 Reference: GMPO (arXiv 2507.20673); code: verl verl/trainer/ppo/core_algos.py `compute_policy_loss_geo_mean`,
 commit b178a3cd56f58b2d502255daba591e92833930a7 (adapted there from callsys/GMPO). Not verl's Geo-RS rejection
 sampling, which is a sequence mask.
+Golden-tested against verl's own function at b178a3cd and at verl-project/verl
+1dda039b9c6311889a9c9a26040677e1254814f9 (same numbers): tests/data/golden/verl_policy_losses.json,
+loss_mode geo_mean.
 Policies read: π_θ (`logp`) and π_b (`logp_behavior`, the code's `old_log_prob`; see `cispo`).
 
     λ = logp − logp_behavior,   s = sign(A_i)

@@ -1,6 +1,9 @@
 """grpo — token-level PPO clip against the behavior policy.
 
 References: DeepSeekMath (arXiv 2402.03300) for GRPO; DAPO (arXiv 2503.14476) for clip-higher.
+With dual_clip 3 it is verl's `compute_policy_loss_vanilla` (verl/trainer/ppo/core_algos.py, clip_ratio_c 3.0) on the
+sampler's log-probs, golden-tested at volcengine/verl b178a3cd56f58b2d502255daba591e92833930a7 and verl-project/verl
+1dda039b9c6311889a9c9a26040677e1254814f9: tests/data/golden/verl_policy_losses.json, loss_mode vanilla.
 Policies read: π_θ (`logp`) and π_b (`logp_behavior`).
 
 Objective (per valid token, A broadcast over the response):

@@ -4,6 +4,8 @@ Reference: TRL trl/trainer/grpo_trainer.py `vllm_importance_sampling_mode="token
 [clip_min, clip_max] is set to 0), commit f2cd57710ae345ea6428ae95363267fcf38a3dc8; verl's rejection
 sampling at token level (rollout_corr_helper.py `compute_rollout_rejection_mask`, commit
 b178a3cd56f58b2d502255daba591e92833930a7) is the same filter on log(π_old/π_rollout).
+Golden-tested against TRL's own code at that commit (its default loss_type dapo): tests/data/golden/trl_grpo_is.json,
+token_mask.
 Policies read: π_θ, π_prox and π_rollout (see rollout_correction.py).
 
     ρ_w = π_prox / π_rollout per token,   w_{i,t} = ρ_w if cap_low ≤ ρ_w ≤ C else 0   (detached)

@@ -3,6 +3,8 @@
 References: TRL trl/trainer/grpo_trainer.py `vllm_importance_sampling_mode="sequence_mask"` (TRL's default
 mode), commit f2cd57710ae345ea6428ae95363267fcf38a3dc8; verl preset `decoupled_seq_is_rs` ("Seq-MIS",
 docs/algo/rollout_corr.md, commit b178a3cd56f58b2d502255daba591e92833930a7).
+Golden-tested against TRL's own code at that commit (its default loss_type dapo): tests/data/golden/trl_grpo_is.json,
+sequence_mask.
 Policies read: π_θ, π_prox and π_rollout (see rollout_correction.py).
 
     r_w,i = Π_t π_prox / π_rollout (log space, clamped ±20),   w_i = r_w,i if cap_low ≤ r_w,i ≤ C else 0 (detached)

@@ -12,7 +12,9 @@ baseline on data from a `delay`-old policy), ε = `eps`, ε_high = `eps_high` (d
 
 Policies read: π_θ (`logp`) and π_prox (`logp_proximal`); never π_b or π_rollout.
 Deviations: none beyond the stalebench-wide ones ([ours] log-ratios clamped to ±20, common.py). This is a
-baseline of ours: it measures what ignoring staleness costs.
+baseline of ours: it measures what ignoring staleness costs. It is AReaL's `ppo_actor_loss_fn` with
+`rejection_sampling: null` (inclusionAI/AReaL 4aef98d8d818af55b43621aaadba047ae10f4e77), golden-tested:
+tests/data/golden/areal_rejection.json.
 """
 from __future__ import annotations
 

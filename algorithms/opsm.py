@@ -2,6 +2,8 @@
 
 References: DeepSeek-V3.2 (arXiv 2512.02556), Equation 9; code: TRL trl/trainer/grpo_trainer.py
 `GRPOTrainer.get_off_policy_mask` and `off_policy_mask_threshold`, commit f2cd57710ae345ea6428ae95363267fcf38a3dc8.
+Golden-tested against TRL's own code at that commit (its default loss_type dapo): tests/data/golden/trl_grpo_is.json,
+off_policy_mask_threshold, with vllm_importance_sampling_correction false.
 Policies read: π_θ (detached, in the mask; with grad, in the loss), π_prox (the PPO clip's π_old, as TRL's
 recomputed `old_per_token_logps`) and π_rollout (TRL's `sampling_per_token_logps`).
 

@@ -3,6 +3,9 @@
 Reference: SAPO (arXiv 2511.20347); code: verl verl/trainer/ppo/core_algos.py `compute_policy_loss_sapo`,
 commit b178a3cd56f58b2d502255daba591e92833930a7; defaults τ_pos = 1.0, τ_neg = 1.05 from TRL
 trl/trainer/grpo_config.py (`sapo_temperature_pos/neg`), commit f2cd57710ae345ea6428ae95363267fcf38a3dc8.
+Golden-tested against verl's own function at b178a3cd and at verl-project/verl
+1dda039b9c6311889a9c9a26040677e1254814f9 (same numbers): tests/data/golden/verl_policy_losses.json,
+loss_mode sapo.
 Policies read: π_θ (`logp`) and π_b (`logp_behavior`, the code's `old_log_prob`; see `cispo`).
 
     ρ = exp(clamp(logp − logp_behavior, ±20)),   τ = τ_pos if A > 0 else τ_neg

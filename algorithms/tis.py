@@ -4,6 +4,8 @@ References: verl verl/trainer/ppo/rollout_corr_helper.py `compute_rollout_correc
 with the decoupled PPO loss (preset `RolloutCorrectionConfig.decoupled_token_is`, docs/algo/rollout_corr.md),
 commit b178a3cd56f58b2d502255daba591e92833930a7; TRL trl/trainer/grpo_trainer.py
 `vllm_importance_sampling_mode="token_truncate"`, commit f2cd57710ae345ea6428ae95363267fcf38a3dc8.
+Golden-tested against TRL's own code at that commit (its default loss_type dapo): tests/data/golden/trl_grpo_is.json,
+token_truncate.
 Policies read: π_θ, π_prox and π_rollout (see rollout_correction.py).
 
     w_{i,t} = min(π_prox / π_rollout, C)  (detached; lower bound `cap_low` optional, TRL's clip_min)

@@ -3,6 +3,8 @@
 References: verl verl/trainer/ppo/rollout_corr_helper.py `compute_rollout_correction_weights(rollout_is="sequence")`
 (preset `decoupled_seq_is`), commit b178a3cd56f58b2d502255daba591e92833930a7; TRL trl/trainer/grpo_trainer.py
 `vllm_importance_sampling_mode="sequence_truncate"`, commit f2cd57710ae345ea6428ae95363267fcf38a3dc8.
+Golden-tested against TRL's own code at that commit (its default loss_type dapo): tests/data/golden/trl_grpo_is.json,
+sequence_truncate.
 Policies read: π_θ, π_prox and π_rollout (see rollout_correction.py).
 
     w_i = min(Π_t π_prox / π_rollout, C) = exp(min(clamp(Σ_t m log(π_prox/π_rollout), ±20), log C)), detached

@@ -34,7 +34,7 @@ def test_each_row_names_an_estimator_its_parameters_and_what_backs_it(row):
         return
     assert row.estimator in loss_names()
     check_params(row.estimator, row.params)
-    assert row.backed_by.startswith(("golden: ", "coincidence: ", "cross-check: ")), row
+    assert row.backed_by.startswith(("golden: ", "coincidence: ")), row
     for cite in [part for part in row.backed_by.split("; ") + [row.note] if "golden: " in part]:
         file, case_name = cite.split("golden: ", 1)[1].split("#", 1)
         case_name = case_name.removesuffix(" (and one case per option)").removesuffix(" (and one case per setting)")
