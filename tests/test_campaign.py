@@ -123,3 +123,19 @@ def test_a_run_of_some_trials_plans_them_all(tmp_path, tiny_base):
     assert [p["trial_id"] for p in plan] == ["grpo-d0-e0.2-s0", "grpo-d0-e0.2-s1", "grpo-d2-e0.2-s0", "grpo-d2-e0.2-s1",
                                              "m2po-d0-s0", "m2po-d0-s1", "m2po-d2-s0", "m2po-d2-s1"]
     assert plan[4]["point"] == {"algorithm": "m2po", "delay": 0, "seed": 0}     # m2po reads no eps: not its point
+
+
+def test_a_fresh_clones_dry_run_counts_the_landed_trials(repo, tiny_base):
+    from harness.suite.plan import dry_run
+
+    path = repo / "camp.yaml"
+    path.write_text(yaml.safe_dump({"suite": "camp", "base": tiny_base, "grid": {"algorithm": ["grpo"], "delay": [0, 2]},
+                                    "seeds": [0], "campaign": True}))
+    suite = load_suite_file(path)
+    elsewhere = repo / "elsewhere" / "camp"                # the machine that ran it; this clone has no results/
+    elsewhere.mkdir(parents=True)
+    (elsewhere / SUITE_FILE).write_text("suite: camp\n")
+    campaign.land(elsewhere, fake_trial(elsewhere, "grpo-d2-s0", "completed"), campaign.campaign_dir("camp"))
+    text = dry_run(suite, [], repo / "results")
+    assert "2 trials (2 grid points x seeds before removing duplicates), 1 already finished" in text
+    assert "  done grpo-d2-s0" in text and "  run  grpo-d0-s0" in text

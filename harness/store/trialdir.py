@@ -15,6 +15,8 @@
         benchmarks/results.json   its benchmark scores (`stalebench eval --trial`)
         .lock             held by the process working in the directory (one at a time)
     results/<suite>/suite.yaml                      the effective suite file of the latest run
+    results/<suite>/plan.json                       every trial of the suite (id, grid point): what the report
+                                                    compares with the trials it finds (a partial suite's warning)
     <merged>/reference-suite.yaml                   `report --merge`: the reference's suite, whose trials join
     results/<suite>/tune/trials.jsonl               `stalebench tune`: the search's trials, one row each
     results/<suite>/{lab,ray}/                      the lab's stored sweeps; Ray Tune's storage

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.store import trialdir
+from harness.store import campaign, trialdir
 from harness.suite import memory
 from harness.trial import numerics
 from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
@@ -51,7 +51,7 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     trials = select_trials(expand(suite) if trials is None else trials, only)
     check_memory(suite, trials)
     suite_dir = Path(results_root) / suite.name
-    done = [t for t in trials if trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
+    done = finished(suite, trials, suite_dir)
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
              f"duplicates), {len(done)} already finished"]
     for key, values in suite.grid.items():
@@ -79,7 +79,7 @@ def tune_dry_run(suite: Suite, results_root: Path) -> str:
     trials = [tune_trial(suite, a, v, s, split) for a in suite.algorithms for v in values for s in seeds]
     added = spec.max_extend + spec.max_refine                 # beyond an edge, and midpoints at a cliff
     extra = len(suite.algorithms) * added * len(seeds) if grid else 0
-    done = [t for t in trials if grid and trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
+    done = finished(suite, trials, suite_dir, tuning=True) if grid else []
     each = f"{_count(len(seeds), 'seed')} x {_count(len(suite.algorithms), 'estimator')}"
     lines = [f"tune {suite.name}: {_count(len(values), 'value')} x {each} = {len(trials)} trials"
              + (f", up to {extra} more if every best value is at an edge ({spec.max_extend} extensions"
@@ -94,6 +94,14 @@ def tune_dry_run(suite: Suite, results_root: Path) -> str:
         lines += [line.replace("cost:", "cost with every extension:", 1) for line in
                   cost_lines(suite, trials, todo + todo[:1] * extra, suite_dir)[:1]]
     return "\n".join(lines)
+
+
+def finished(suite: Suite, trials: list[Trial], suite_dir: Path, tuning: bool = False) -> list[Trial]:
+    """The trials with a result: in ``suite_dir``, or (a campaign suite) landed in campaigns/, which a run
+    restores before anything else, so a fresh clone's dry run counts what earlier machines finished."""
+    landed = set(campaign.landed(campaign.campaign_dir(suite.name, tuning))) if suite.campaign else set()
+    return [t for t in trials if t.trial_id in landed
+            or trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
 
 
 def _count(n: int, word: str) -> str:
