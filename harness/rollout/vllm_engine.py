@@ -95,8 +95,9 @@ class VLLMEngine:
         weight = model.get_output_embeddings().weight.detach()                      # (V, C): embed_tokens' if tied
         hidden = torch.randn(HEAD_PROBE_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0))
         hidden = hidden.to(weight.dtype)
-        engine = self.llm.apply_model(
-            lambda m: m.compute_logits(hidden.to(next(m.parameters()).device)).float().cpu())[0]
+        with torch.no_grad():
+            engine = self.llm.apply_model(
+                lambda m: m.compute_logits(hidden.to(next(m.parameters()).device)).float().cpu())[0]
         return engine, (hidden.to(weight.device) @ weight.T).float().cpu()
 
     def _wake(self) -> None:
@@ -113,7 +114,7 @@ class VLLMEngine:
             try:
                 yield self
             finally:
-                if self.sleeps:
+                if self.sleeps and not self.asleep:
                     self.llm.sleep(level=1)
                     self.asleep = True
 
