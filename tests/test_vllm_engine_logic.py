@@ -21,6 +21,10 @@ class FakeLLM:
     def __init__(self, head: torch.Tensor, keeps_old_head: bool = False):
         self.head, self.keeps_old_head, self.calls, self.pushed = head.clone(), keeps_old_head, [], []
 
+    def init_weight_transfer_engine(self, request):
+        self.calls.append("init")
+        assert request == {"init_info": {"packed": False}}
+
     def start_weight_update(self):
         self.calls.append("start")
 
@@ -30,7 +34,7 @@ class FakeLLM:
         if not self.keeps_old_head:
             self.head = dict(request["update_info"]["weights"])["lm_head.weight"].clone()
 
-    def finish_weight_update(self):
+    def finish_weight_update(self, weight_version=None):
         self.calls.append("finish")
 
     def reset_prefix_cache(self):
@@ -74,11 +78,11 @@ def test_a_push_sends_the_tied_head_and_checks_it(model):
     llm = FakeLLM(torch.zeros_like(model.lm_head.weight))
     engine = engine_over(llm, sleeps=False)
     engine.sync_weights(model, 1)
-    assert llm.calls == ["start", "update", "finish", "reset", "probe"]
+    assert llm.calls == ["init", "start", "update", "finish", "reset", "probe"]
     assert "lm_head.weight" in llm.pushed and set(llm.pushed) == set(model.state_dict())
     assert engine.head_gap == 0.0 and engine.version == 1           # the same weights, the same matmul
     engine.sync_weights(model, 1)                                    # version already loaded: nothing
-    assert len(llm.calls) == 5
+    assert len(llm.calls) == 6
 
 
 def test_an_engine_that_keeps_its_old_output_layer_is_refused_in_float32(model):
@@ -106,7 +110,7 @@ def test_a_colocated_engine_sleeps_after_each_block_and_wakes_to_push(model):
     with engine.pinned(model, 2):
         pass
     # the second block woke the engine before its push, and put it to sleep again at the end
-    assert llm.calls[5:] == ["sleep1", "wake", "start", "update", "finish", "reset", "probe", "sleep1"]
+    assert llm.calls[6:] == ["sleep1", "wake", "init", "start", "update", "finish", "reset", "probe", "sleep1"]
     calls = len(llm.calls)
     with engine.pinned(model, 2):                                    # nothing to push: it stays asleep, and is
         assert engine.asleep                                         # not put to sleep twice

@@ -14,7 +14,10 @@ used here):
 - on the trainer side, `WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=llm,
   source=ModuleSource(module))` and `.send_weights()` drive those calls for the "ipc" backend: CUDA IPC
   handles of the trainer's tensors (vllm/distributed/weight_transfer/ipc_engine.py), the route vLLM gives a
-  colocated engine. `LLM` itself is the client (the four methods of `VLLMWeightSyncClient`).
+  colocated engine. The client is any object with the four methods of `VLLMWeightSyncClient` (base.py),
+  called with bare init / update info; `LLM`'s methods take them wrapped (`{"init_info": ...}`,
+  `{"update_info": ...}`, as vLLM's `RayVLLMWeightSyncClient` wraps them in clients.py), so `LLM` itself is
+  not a client: `InProcessClient` is, for the engine in this process.
 
 Two routes, by where the engine runs:
 
@@ -45,6 +48,25 @@ class FullStateDict:
 
     def named_parameters(self):
         return iter(self.model.state_dict().items())
+
+
+class InProcessClient:
+    """vLLM's `VLLMWeightSyncClient` over an `LLM` in this process: bare info in, `LLM`'s requests out."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info: dict) -> None:
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.llm.finish_weight_update(weight_version)
 
 
 def _register_in_process() -> None:
@@ -79,15 +101,17 @@ def transfer_config(on_gpu: bool):
 
 
 def push(llm, model: torch.nn.Module, on_gpu: bool) -> None:
-    """One weight update of `llm` with `model`'s full state dict (tied output layer included)."""
+    """One weight update of `llm` with `model`'s full state dict (tied output layer included): the handshake
+    (vLLM's IPC trainer engine makes it on every `trainer_init`), start, the weights, finish."""
+    client = InProcessClient(llm)
     if on_gpu:
         from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
         source = ModuleSource(FullStateDict(model))
-        WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=llm, source=source).send_weights()
+        WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=client, source=source).send_weights()
         return
-    weights = [(k, v.detach().clone()) for k, v in model.state_dict().items()]
-    llm.start_weight_update()
-    llm.update_weights({"update_info": {"weights": weights}})
-    llm.finish_weight_update()
+    client.init_weight_transfer_engine({"packed": False})        # the IPC worker engine's init info, as on a GPU
+    client.start_weight_update()
+    client.update_weights({"weights": [(k, v.detach().clone()) for k, v in model.state_dict().items()]})
+    client.finish_weight_update()
