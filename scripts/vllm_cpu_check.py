@@ -12,8 +12,8 @@ parent prints a results table and exits non-zero if any check failed:
 
   sampling  64 prompts × n=8 × ≤8 tokens at T=1: shapes, <eos> kept and masked in, log-probs ≤ 0 and 0 on
             padding, version tags, identical samples for an identical seed;
-  sync      perturb every weight, push with `sync_weights` (vLLM's weight-transfer API: the in-process
-            backend on the CPU, CUDA IPC on a GPU), sample at T=1 and T=0.7: the gap between the engine's
+  sync      perturb every weight, push with `sync_weights` (vLLM's weight-transfer API, the in-process
+            backend), sample at T=1 and T=0.7: the gap between the engine's
             log-probs and the trainer's recomputation (`token_logp`, what `is/engine_gap_max` measures) must be
             ≤ GAP_TOL after the push and large before it (the check can fail); the output layer's gap on
             probe hidden states (`is/engine_head_gap`, tied to the embeddings in the tiny model) likewise; and
@@ -110,7 +110,7 @@ def engine_phases(model_dir: str) -> dict:
     gaps = {"gap_initial_T1": gap_initial, "gap_before_push_T1": gap_stale,
             "gap_after_push_T1": gap(1.0), "gap_after_push_T0.7": gap(0.7),
             "head_initial": head_initial, "head_before_push": head_stale, "head_after_push": engine.head_gap}
-    sync = {**gaps, **tied_trap(engine, model), "route": engine_route(engine), "push_s": round(push_s, 3),
+    sync = {**gaps, **tied_trap(engine, model), "route": engine_route(engine, model), "push_s": round(push_s, 3),
             "tol": GAP_TOL}
     sync["ok"] = (max(gap_initial, gaps["gap_after_push_T1"], gaps["gap_after_push_T0.7"], head_initial,
                       engine.head_gap) <= GAP_TOL and min(gap_stale, head_stale) > 100 * GAP_TOL
@@ -157,7 +157,7 @@ def tied_trap(engine, model) -> dict:
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    push(engine.llm, NamedParameters(), engine.on_gpu)
+    push(engine.llm, NamedParameters())
     engine.llm.reset_prefix_cache()
     tied = model.config.tie_word_embeddings
     try:
@@ -168,18 +168,20 @@ def tied_trap(engine, model) -> dict:
     return {"tied": tied, "trap_head": head_nats(engine, model), "trap_refused": refused}
 
 
-def engine_route(engine) -> str:
-    """The weight-transfer backend the engine was built with; on the CPU, also what the CUDA IPC route says."""
+def engine_route(engine, model) -> str:
+    """The weight-transfer backend the engine was built with, and whether vLLM's own IPC trainer engine (not
+    the engine's route; docs/vllm.md) starts here."""
+    from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
+    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+    from harness.rollout.vllm_transfer import InProcessClient
+
     backend = engine.llm.llm_engine.vllm_config.weight_transfer_config.backend
-    if engine.on_gpu:
-        return backend
-    import torch
-    from harness.rollout.vllm_transfer import push
     try:
-        push(engine.llm, torch.nn.Linear(1, 1), True)
-        return f"{backend}; ipc on the CPU: ran"
-    except Exception as e:                              # what vLLM's trainer-side IPC engine says on a CPU
-        return f"{backend}; ipc on the CPU: {type(e).__name__}: {e}"
+        WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=InProcessClient(engine.llm),
+                                                  source=ModuleSource(model))
+        return f"{backend}; vLLM's ipc trainer engine: starts"
+    except Exception as e:
+        return f"{backend}; vLLM's ipc trainer engine: {type(e).__name__}: {e}"
 
 
 def train_phase(model_dir: str, asynchronous: bool) -> dict:

@@ -67,20 +67,6 @@ def test_head_gap_in_bfloat16_is_a_number_to_watch():
     assert head_gap(stale, HEAD, torch.float16) == pytest.approx(math.log(2.0), rel=1e-6)   # bf16's rule
 
 
-def test_the_full_state_dict_carries_the_tied_output_layer(tiny_model_dir):
-    """What the weight push reads (vllm_transfer.FullStateDict) has `lm_head.weight`; `named_parameters()`,
-    which vLLM's own ModuleSource reads, does not when the embeddings are tied."""
-    from harness.bases.models import load_model
-    from harness.rollout.vllm_transfer import FullStateDict
-
-    model = load_model(tiny_model_dir)[0]
-    assert model.config.tie_word_embeddings
-    pushed = dict(FullStateDict(model).named_parameters())
-    assert "lm_head.weight" in pushed and "lm_head.weight" not in dict(model.named_parameters())
-    assert torch.equal(pushed["lm_head.weight"], pushed["model.embed_tokens.weight"])
-    assert set(pushed) == set(model.state_dict())
-
-
 class _OwnCopy(HFEngine):
     """The transformers engine posing as one with its own weights whose log-probs are off by `shift` nats on
     the first token of every response."""

@@ -2,7 +2,7 @@
 
 The engine holds its own copy of the weights (`shares_weights = False`). After each optimizer update
 `sync_weights` pushes the trainer's full `state_dict()` through vLLM's weight-transfer API
-(harness/rollout/vllm_transfer.py: CUDA IPC on a GPU, an in-process backend on the CPU), then drops the
+(harness/rollout/vllm_transfer.py: a backend that hands the tensors over in process), then drops the
 prefix cache, whose KV blocks were computed with the old weights, and checks the output layer: probe hidden
 states through the engine's and the trainer's output layers must agree under the gap rule of the trainer's
 dtype (gap.head_gap; with tied embeddings an engine can keep an old lm_head). Every response carries the
@@ -64,15 +64,15 @@ class VLLMEngine:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"      # in-process: weights are pushed as tensors
         from vllm import LLM
 
-        self.on_gpu = torch.cuda.is_available()
-        self.sleeps = self.on_gpu and colocated                 # sleep between uses, for the training step's memory
+        on_gpu = torch.cuda.is_available()
+        self.sleeps = on_gpu and colocated                      # sleep between uses, for the training step's memory
         device_args = ({"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": self.sleeps}
-                       if self.on_gpu else
+                       if on_gpu else
                        {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enforce_eager": True, "max_num_seqs": CPU_MAX_NUM_SEQS})
         self.tokenizer = tokenizer
         self.llm = LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, seed=seed,
                        enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                       weight_transfer_config=transfer_config(self.on_gpu), **device_args)
+                       weight_transfer_config=transfer_config(), **device_args)
         self.version = 0
         self.head_gap: float | None = None     # the output layer's gap at the last weight push (gap.head_gap)
         self.asleep = False
@@ -85,7 +85,7 @@ class VLLMEngine:
             if version == self.version:
                 return
             self._wake()
-            push(self.llm, model, self.on_gpu)
+            push(self.llm, model)
             self.llm.reset_prefix_cache()          # cached KV blocks were computed with the old weights
             self.head_gap = head_gap(*self.head_logits(model), next(model.parameters()).dtype)
             self.version = version

@@ -7,26 +7,29 @@ used here):
 - the engine is built with `weight_transfer_config=WeightTransferConfig(backend=...)` (vllm/config/
   weight_transfer.py); each worker then holds a `WeightTransferEngine` made by `WeightTransferEngineFactory`
   (vllm/distributed/weight_transfer/factory.py), which also takes engines registered at run time;
-- an update is `start_weight_update()`, one or more `update_weights({"update_info": ...})`, then
-  `finish_weight_update()`, methods of `LLM` (vllm/entrypoints/rl/offline.py) that the worker runs as a
-  layerwise reload: start and finish are the backend's, `update_weights` hands the backend-specific update
-  info to the backend, which calls the model's `load_weights` with checkpoint (transformers) names;
-- on the trainer side, `WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=llm,
-  source=ModuleSource(module))` and `.send_weights()` drive those calls for the "ipc" backend: CUDA IPC
-  handles of the trainer's tensors (vllm/distributed/weight_transfer/ipc_engine.py), the route vLLM gives a
-  colocated engine. The client is any object with the four methods of `VLLMWeightSyncClient` (base.py),
-  called with bare init / update info; `LLM`'s methods take them wrapped (`{"init_info": ...}`,
-  `{"update_info": ...}`, as vLLM's `RayVLLMWeightSyncClient` wraps them in clients.py), so `LLM` itself is
-  not a client: `InProcessClient` is, for the engine in this process.
+- an update is `init_weight_transfer_engine({"init_info": ...})`, `start_weight_update()`, one or more
+  `update_weights({"update_info": ...})`, then `finish_weight_update()`, methods of `LLM`
+  (vllm/entrypoints/rl/offline.py) that the worker runs as a layerwise reload: start and finish are the
+  backend's, `update_weights` hands the backend-specific update info to the backend, which calls the model's
+  `load_weights` with checkpoint (transformers) names;
+- vLLM's trainer-side engines (`WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0),
+  client=..., source=ModuleSource(module)).send_weights()` for the "ipc" backend,
+  vllm/distributed/weight_transfer/ipc_engine.py) drive those calls through a client with the four methods
+  of `VLLMWeightSyncClient` (base.py), called with bare info; `LLM` takes it wrapped, as vLLM's
+  `RayVLLMWeightSyncClient` wraps it (clients.py), so `LLM` itself is not a client: `InProcessClient` is.
 
-Two routes, by where the engine runs:
+The backend here: "ipc" is vLLM's route for an engine on the trainer's GPU in *another* process (CUDA IPC
+handles of the trainer's tensors). This engine runs in the trainer's own process, where there is nothing to
+hand across a process boundary, and an IPC handle opened in the process that exported it is refused by CUDA
+("invalid device context"; PyTorch's `rebuild_cuda_tensor` misses the exporter's cache: `reduce_tensor` stores
+it under `handle`, the rebuild looks up `(handle, offset)`, torch/multiprocessing/reductions.py, 2.13). So an
+in-process backend is registered instead, on the GPU and the CPU alike: vLLM's IPC worker engine (the
+installed version's layerwise start and finish) with only its data plane replaced, the tensors themselves in
+the update info. Its handshake is the IPC one (`{"packed": False}`). On the CPU, vLLM's IPC trainer engine
+cannot even start (it asks for the accelerator's device index).
 
-- CUDA: the "ipc" backend as above. `ModuleSource` reads `named_parameters()`, which with tied embeddings
-  omits `lm_head.weight`; it is handed a view whose `named_parameters()` is the full `state_dict()`, so the
-  output layer is always pushed (docs/vllm.md: an engine left with an old output layer is a silent failure).
-- CPU: CUDA IPC does not exist there (the trainer side reads `torch.cuda.get_device_properties`), so an
-  in-process backend is registered: vLLM's IPC worker engine with only its data plane replaced, the
-  tensors themselves handed over in the update info (the engine runs in the trainer's process).
+What is pushed is the full `state_dict()`, cloned: with tied embeddings `named_parameters()` (what vLLM's
+`ModuleSource` reads) omits `lm_head.weight` and the engine keeps its old output layer (docs/vllm.md).
 
 The old route, `collective_rpc("reload_weights", ...)`, is not kept: every vLLM the `gpu` extra admits has
 the API.
@@ -37,17 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-IN_PROCESS = "stalebench_in_process"       # the CPU backend's name in vLLM's engine registry
-
-
-class FullStateDict:
-    """What vLLM's `ModuleSource` iterates (`named_parameters()`), over the model's full `state_dict()`."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.model = model
-
-    def named_parameters(self):
-        return iter(self.model.state_dict().items())
+IN_PROCESS = "stalebench_in_process"       # the backend's name in vLLM's engine registry
 
 
 class InProcessClient:
@@ -91,27 +84,20 @@ def _register_in_process() -> None:
         pass
 
 
-def transfer_config(on_gpu: bool):
-    """The engine argument `weight_transfer_config` of this device's route."""
+def transfer_config():
+    """The engine argument `weight_transfer_config`: the in-process backend, registered on first use."""
     from vllm.config import WeightTransferConfig
 
-    if not on_gpu:
-        _register_in_process()
-    return WeightTransferConfig(backend="ipc" if on_gpu else IN_PROCESS)
+    _register_in_process()
+    return WeightTransferConfig(backend=IN_PROCESS)
 
 
-def push(llm, model: torch.nn.Module, on_gpu: bool) -> None:
+def push(llm, model: torch.nn.Module) -> None:
     """One weight update of `llm` with `model`'s full state dict (tied output layer included): the handshake
-    (vLLM's IPC trainer engine makes it on every `trainer_init`), start, the weights, finish."""
+    (the IPC worker engine's, as vLLM's IPC trainer engine makes it on every `trainer_init`), start, the
+    weights, finish."""
     client = InProcessClient(llm)
-    if on_gpu:
-        from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
-        from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
-
-        source = ModuleSource(FullStateDict(model))
-        WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=client, source=source).send_weights()
-        return
-    client.init_weight_transfer_engine({"packed": False})        # the IPC worker engine's init info, as on a GPU
+    client.init_weight_transfer_engine({"packed": False})
     client.start_weight_update()
     client.update_weights({"weights": [(k, v.detach().clone()) for k, v in model.state_dict().items()]})
     client.finish_weight_update()
