@@ -45,6 +45,7 @@ def main(steps: int = 8) -> None:
         "hf_engine_tokens_per_s": hf_tokens_per_s,
         "peak_gpu_mem_gib": peak, "gpu_mem_in_use_gib_at_end": (total - free) / 2**30,
         "engine_gap_max": max(r.get("is/engine_gap_max", float("nan")) for r in rows),
+        "engine_head_gap_max": max(r.get("is/engine_head_gap", float("nan")) for r in rows),   # the output layer
         "gpu": torch.cuda.get_device_name(0),
     }
     print(json.dumps(summary, indent=1))

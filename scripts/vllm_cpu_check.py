@@ -12,15 +12,19 @@ parent prints a results table and exits non-zero if any check failed:
 
   sampling  64 prompts × n=8 × ≤8 tokens at T=1: shapes, <eos> kept and masked in, log-probs ≤ 0 and 0 on
             padding, version tags, identical samples for an identical seed;
-  sync      perturb every weight, push with `sync_weights`, sample at T=1 and T=0.7: the gap between the
-            engine's log-probs and the trainer's recomputation (`token_logp`, what `is/engine_gap_max`
-            measures) must be ≤ GAP_TOL after the push and large before it (the check can fail);
+  sync      perturb every weight, push with `sync_weights` (vLLM's weight-transfer API, the in-process
+            backend), sample at T=1 and T=0.7: the gap between the engine's
+            log-probs and the trainer's recomputation (`token_logp`, what `is/engine_gap_max` measures) must be
+            ≤ GAP_TOL after the push and large before it (the check can fail); the output layer's gap on
+            probe hidden states (`is/engine_head_gap`, tied to the embeddings in the tiny model) likewise; and
+            the tied-embedding trap: a push of `named_parameters()` (no `lm_head.weight`, what vLLM's own
+            `ModuleSource` sends) must leave a head gap the float32 rule refuses;
   speed     tokens/s of the vLLM engine and the transformers engine on the same batch (warm, calls
             interleaved, median of 5);
   train     a few steps of the real trainer with `model.engine: vllm` (delay 2);
   async     the same with the asynchronous producer (`async.max_staleness: 1`) sharing the engine.
 
-The model defaults to `harness.bases.models.model_path(ModelConfig())` (the CPU default).
+The model defaults to the CPU default's frozen base (`harness.bases.base_identity(ModelConfig())`).
 """
 from __future__ import annotations
 
@@ -46,8 +50,8 @@ PHASES = ("sampling", "sync", "speed", "train", "async")
 
 def default_model() -> str:
     from harness.config.run import ModelConfig
-    from harness.bases.models import model_path
-    return str(model_path(ModelConfig()))
+    from harness.bases import base_identity
+    return str(base_identity(ModelConfig())[0])
 
 
 def prompts(count: int) -> list[str]:
@@ -94,20 +98,24 @@ def engine_phases(model_dir: str) -> dict:
             logp = token_logp(model, out, slice(None), temperature, N)[0]
         return float((logp - out.logp_behavior)[out.response_mask].abs().max())
 
-    gap_initial = gap(1.0)
+    gap_initial, head_initial = gap(1.0), engine.head_gap
     torch.manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    gap_stale = gap(1.0)
+    gap_stale, head_stale = gap(1.0), head_nats(engine, model)
     start = time.perf_counter()
     engine.sync_weights(model, 1)
     push_s = time.perf_counter() - start
     gaps = {"gap_initial_T1": gap_initial, "gap_before_push_T1": gap_stale,
-            "gap_after_push_T1": gap(1.0), "gap_after_push_T0.7": gap(0.7)}
-    sync = {**gaps, "push_s": round(push_s, 3), "tol": GAP_TOL,
-            "ok": max(gap_initial, gaps["gap_after_push_T1"], gaps["gap_after_push_T0.7"]) <= GAP_TOL
-            and gap_stale > 100 * GAP_TOL}
+            "gap_after_push_T1": gap(1.0), "gap_after_push_T0.7": gap(0.7),
+            "head_initial": head_initial, "head_before_push": head_stale, "head_after_push": engine.head_gap}
+    sync = {**gaps, **tied_trap(engine, model), "route": engine_route(engine, model), "push_s": round(push_s, 3),
+            "tol": GAP_TOL}
+    sync["ok"] = (max(gap_initial, gaps["gap_after_push_T1"], gaps["gap_after_push_T0.7"], head_initial,
+                      engine.head_gap) <= GAP_TOL and min(gap_stale, head_stale) > 100 * GAP_TOL
+                  and sync["trap_refused"] and sync["trap_head"] > 100 * GAP_TOL)
+    engine.sync_weights(model, 2)                       # the full state dict again, after the trap
 
     # -- speed: the same batch through both engines, warm, in this process (same thread count), the calls
     # interleaved so that load from other processes on the machine falls on both alike; process CPU time
@@ -126,6 +134,54 @@ def engine_phases(model_dir: str) -> dict:
         speed[f"{name}_call_s"] = round(statistics.median(s for _, s, _ in runs), 3)
         speed[f"{name}_tokens_per_cpu_s"] = round(statistics.median(n / c for n, _, c in runs))
     return {"sampling": sampling, "sync": sync, "speed": speed}
+
+
+def head_nats(engine, model) -> float:
+    """The output layer's gap (nats) whatever the dtype's rule: the bfloat16 rule never raises."""
+    import torch
+    from harness.rollout.gap import head_gap
+    return head_gap(*engine.head_logits(model), torch.bfloat16)
+
+
+def tied_trap(engine, model) -> dict:
+    """Perturb again and push `named_parameters()` only: with tied embeddings `lm_head.weight` is not among
+    them, and the engine must be caught keeping its old output layer."""
+    import torch
+    from harness.rollout.gap import EngineGapError, head_gap
+    from harness.rollout.vllm_transfer import push
+
+    class NamedParameters:                              # what push reads, without the tied lm_head.weight
+        def state_dict(self):
+            return dict(model.named_parameters())
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    push(engine.llm, NamedParameters())
+    engine.llm.reset_prefix_cache()
+    tied = model.config.tie_word_embeddings
+    try:
+        head_gap(*engine.head_logits(model), torch.float32)
+        refused = False
+    except EngineGapError:
+        refused = True
+    return {"tied": tied, "trap_head": head_nats(engine, model), "trap_refused": refused}
+
+
+def engine_route(engine, model) -> str:
+    """The weight-transfer backend the engine was built with, and whether vLLM's own IPC trainer engine (not
+    the engine's route; docs/vllm.md) starts here."""
+    from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
+    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+    from harness.rollout.vllm_transfer import InProcessClient
+
+    backend = engine.llm.llm_engine.vllm_config.weight_transfer_config.backend
+    try:
+        WeightTransferTrainerFactory.trainer_init(IPCTrainerInitInfo(rank=0), client=InProcessClient(engine.llm),
+                                                  source=ModuleSource(model))
+        return f"{backend}; vLLM's ipc trainer engine: starts"
+    except Exception as e:
+        return f"{backend}; vLLM's ipc trainer engine: {type(e).__name__}: {e}"
 
 
 def train_phase(model_dir: str, asynchronous: bool) -> dict:
@@ -148,14 +204,15 @@ def train_phase(model_dir: str, asynchronous: bool) -> dict:
     rows = read_jsonl(root / "trial" / "metrics.jsonl")
     evals = read_jsonl(root / "trial" / "eval.jsonl")
     gap_max = max(r["is/engine_gap_max"] for r in rows)
+    head_max = max(r["is/engine_head_gap"] for r in rows)      # the output layer at every push
     stale_max = max(r["stale/max"] for r in rows)
     bound = 1 if asynchronous else 2                    # η + k − 1 with k = 1; exactly d for the delay buffer
     return {"status": status, "steps": len(rows), "wall_s": round(time.perf_counter() - start, 1),
-            "engine_gap_max": gap_max, "stale_max": stale_max,
+            "engine_gap_max": gap_max, "engine_head_gap_max": head_max, "stale_max": stale_max,
             "step_s": round(statistics.median(r["perf/step_s"] for r in rows[1:]), 3),
             "rollout_tokens_per_s": round(statistics.median(r["perf/tokens_per_s"] for r in rows[1:])),
             "eval_acc": [e["eval/acc"] for e in evals],
-            "ok": status == "completed" and len(rows) == steps and gap_max <= GAP_TOL
+            "ok": status == "completed" and len(rows) == steps and max(gap_max, head_max) <= GAP_TOL
             and (stale_max <= bound if asynchronous else stale_max == bound)}
 
 

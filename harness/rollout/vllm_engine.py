@@ -1,10 +1,12 @@
 """Rollouts with vLLM (`model.engine: vllm`), in the trainer's process, on a CUDA GPU or on the CPU.
 
 The engine holds its own copy of the weights (`shares_weights = False`). After each optimizer update
-`sync_weights` pushes the trainer's full `state_dict()` through vLLM's public in-place reload,
-`collective_rpc("reload_weights", ...)` with checkpoint (transformers) names, then drops the prefix
-cache, whose KV blocks were computed with the old weights. Every response carries the version of the
-weights that generated it.
+`sync_weights` pushes the trainer's full `state_dict()` through vLLM's weight-transfer API
+(harness/rollout/vllm_transfer.py: a backend that hands the tensors over in process), then drops the
+prefix cache, whose KV blocks were computed with the old weights, and checks the output layer: probe hidden
+states through the engine's and the trainer's output layers must agree under the gap rule of the trainer's
+dtype (gap.head_gap; with tied embeddings an engine can keep an old lm_head). Every response carries the
+version of the weights that generated it.
 
 Behavior log-probs are vLLM's `processed_logprobs`: log_softmax(logits / temperature) of the sampled
 token, the policy that actually sampled it (the default `raw_logprobs` ignores the temperature). They
@@ -19,7 +21,10 @@ Why each engine argument is what it is (measured; docs/vllm.md):
   corrupts the model, so every push is whole;
 - on the CPU, `kv_cache_memory_bytes` caps the KV cache (uncapped it takes about half of RAM),
   `enforce_eager` skips graph capture, and `max_num_seqs` lets a whole batch decode in one wave; on a GPU,
-  `gpu_memory_utilization` is vLLM's share of memory and the rest are vLLM's defaults.
+  `gpu_memory_utilization` is vLLM's share of memory and the rest are vLLM's defaults;
+- on a GPU with the trainer's model on a GPU too (colocated), `enable_sleep_mode`: between two uses the
+  engine sleeps at level 1 (weights offloaded to CPU memory, KV cache freed) so that the training step has
+  the memory, and wakes before the next weight push or generation. vLLM's CPU worker has no sleep mode.
 
 Prompts are tokenized once by the trainer's tokenizer and handed to vLLM as token ids, so both sides see
 the same prompt tokens. Each prompt gets its own sampling seed drawn from `seed` (vLLM seeds the n
@@ -41,9 +46,12 @@ from typing import Iterator
 import torch
 
 from harness.rollout.base import Rollout
+from harness.rollout.gap import head_gap
+from harness.rollout.vllm_transfer import push, transfer_config
 
 CPU_KV_CACHE_BYTES = 64 * 2**20          # ample for the tiny model's 64-token context; uncapped ≈ RAM / 2
 CPU_MAX_NUM_SEQS = 1024                  # vLLM's CPU default, 256, splits a 64 × 8 batch into two waves
+HEAD_PROBE_ROWS = 8                      # probe hidden states of the output-layer check after each weight push
 
 
 class VLLMEngine:
@@ -52,35 +60,63 @@ class VLLMEngine:
 
     def __init__(self, path: str | Path, tokenizer, *, dtype: str = "float32", seed: int = 0,
                  gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,
-                 cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES):
+                 cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES, colocated: bool = False):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"      # in-process: weights are pushed as tensors
         from vllm import LLM
 
         on_gpu = torch.cuda.is_available()
-        device_args = ({"gpu_memory_utilization": gpu_memory_utilization} if on_gpu else
+        self.sleeps = on_gpu and colocated                      # sleep between uses, for the training step's memory
+        device_args = ({"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": self.sleeps}
+                       if on_gpu else
                        {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enforce_eager": True, "max_num_seqs": CPU_MAX_NUM_SEQS})
         self.tokenizer = tokenizer
         self.llm = LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, seed=seed,
-                       enable_prefix_caching=True, logprobs_mode="processed_logprobs", **device_args)
+                       enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                       weight_transfer_config=transfer_config(), **device_args)
         self.version = 0
+        self.head_gap: float | None = None     # the output layer's gap at the last weight push (gap.head_gap)
+        self.asleep = False
         self.lock = threading.RLock()
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
-        """Push `model`'s full state dict (tied output layer included) unless `version` is already loaded."""
+        """Push `model`'s full state dict (tied output layer included) unless `version` is already loaded, and
+        check the engine's output layer against `model`'s (raises gap.EngineGapError in float32)."""
         with self.lock:
             if version == self.version:
                 return
-            weights = [(k, v.detach().clone()) for k, v in model.state_dict().items()]
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+            self._wake()
+            push(self.llm, model)
             self.llm.reset_prefix_cache()          # cached KV blocks were computed with the old weights
+            self.head_gap = head_gap(*self.head_logits(model), next(model.parameters()).dtype)
             self.version = version
+
+    def head_logits(self, model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """Probe hidden states (k, C) through the engine's output layer and `model`'s: (k, V) logits each."""
+        weight = model.get_output_embeddings().weight.detach()                      # (V, C): embed_tokens' if tied
+        hidden = torch.randn(HEAD_PROBE_ROWS, weight.shape[1], generator=torch.Generator().manual_seed(0))
+        hidden = hidden.to(weight.dtype)
+        with torch.no_grad():
+            engine = self.llm.apply_model(
+                lambda m: m.compute_logits(hidden.to(next(m.parameters()).device)).float().cpu())[0]
+        return engine, (hidden.to(weight.device) @ weight.T).float().cpu()
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     @contextlib.contextmanager
     def pinned(self, model: torch.nn.Module, version: int) -> Iterator["VLLMEngine"]:
-        """This engine with `model`'s weights as `version`, held against other threads for the block."""
+        """This engine with `model`'s weights as `version`, held against other threads for the block; a
+        colocated engine sleeps when the block ends, until its next push or generation."""
         with self.lock:
             self.sync_weights(model, version)
-            yield self
+            try:
+                yield self
+            finally:
+                if self.sleeps and not self.asleep:
+                    self.llm.sleep(level=1)
+                    self.asleep = True
 
     def generate(self, prompts: list[str], n: int, *, temperature: float, max_new_tokens: int, seed: int) -> Rollout:
         from vllm import SamplingParams
@@ -96,6 +132,7 @@ class VLLMEngine:
         params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=s,
                                  stop_token_ids=[tok.eos_token_id], detokenize=False) for s in seeds]
         with self.lock:
+            self._wake()
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in unpadded], params, use_tqdm=False)
             version = self.version
         # vLLM returns each request's n samples in completion order: sort them back by sample index.

@@ -162,7 +162,8 @@ class Batches:
             r = r.to(self.device)
             with torch.no_grad():
                 recomputed = self.token_logp(model, r, slice(None), self.temperature, n)[0]
-            gap = measure(r.logp_behavior, recomputed, r.response_mask, next(model.parameters()).dtype)
+            gap = measure(r.logp_behavior, recomputed, r.response_mask, next(model.parameters()).dtype,
+                          getattr(engine, "head_gap", None))     # the output layer's gap at its last push (vLLM)
             if self.recompute_behavior:
                 r.logp_behavior = recomputed * r.response_mask
         return r, gap
