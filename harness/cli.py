@@ -85,8 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
     p.add_argument("--version", action="version", version=f"stalebench {package_versions(('stalebench',))['stalebench']}")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE before the command, to register its components: estimators, report sections "
-                        "(`--plugin studies`: the paper's verdicts); also: entry points 'stalebench.estimators'")
+                   help="import MODULE before the command, to register its components (estimators, report "
+                        "sections, ...); also: entry points 'stalebench.estimators'")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every trial of a suite on Ray Tune")
     _suite_args(run)
