@@ -1,4 +1,6 @@
-"""Aggregate statistics over seeds: IQM, intervals, probability of improvement, ranks, accuracy AUC.
+"""Aggregate statistics over seeds: the cells' statistics (``Statistic`` objects, registered: IQM and the
+mean, a suite names one), intervals, probability of improvement, ranks, accuracy AUC. Whether two cells
+differ (permutation tests, Holm) is significance.py's.
 
 Pure functions over numpy arrays (no I/O, no pandas objects in signatures). The data shape follows
 rliable (Agarwal et al. 2021, arXiv 2108.13264): one value per run (seed) of one configuration.
