@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 
-from harness.registry import (BACKENDS, ENGINES, FIGURES, FORWARDS, KINDS, MIRRORS, SECTIONS, SOURCES, TASKS,
-                              Registry)
+from harness.registry import (BACKENDS, ENGINES, FIGURES, FORWARDS, KINDS, MIRRORS, SECTIONS, SOURCES, STATISTICS,
+                              TASKS, Registry)
 
 BUILTINS: dict[Registry, tuple[str, ...]] = {
     TASKS: ("harness.tasks",),                                        # addrev, cumsum, the benchmarks
@@ -28,6 +28,7 @@ BUILTINS: dict[Registry, tuple[str, ...]] = {
     FIGURES: ("harness.report.figures", "harness.report.heatmaps", "harness.report.dynamics"),
     SECTIONS: ("harness.report.sections", "harness.report.tolerance",  # regime, benchmarks, step-size tolerance;
                "harness.lab.report"),                                 # the lab's
+    STATISTICS: ("harness.report.stats",),                            # iqm, mean
 }
 
 

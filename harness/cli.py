@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stalebench", description="Benchmark policy-gradient estimators under stale rollouts.")
     p.add_argument("--version", action="version", version=f"stalebench {package_versions(('stalebench',))['stalebench']}")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE to register its estimators (also: entry points 'stalebench.estimators')")
+                   help="import MODULE before the command, to register its components (estimators, report "
+                        "sections, ...); also: entry points 'stalebench.estimators'")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every trial of a suite on Ray Tune")
     _suite_args(run)
@@ -378,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plugin:                              # Ray workers inherit it and import the same modules
         os.environ["STALEBENCH_PLUGINS"] = ",".join(filter(None, [os.environ.get("STALEBENCH_PLUGINS"), *args.plugin]))
     try:
+        if args.plugin:                          # registered before the command asks any registry
+            from algorithms.registry import load_plugins
+            load_plugins()
         return COMMANDS[args.command](args)
     except BrokenPipeError:                      # output piped into `head` and closed
         return 0

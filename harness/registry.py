@@ -124,3 +124,5 @@ MIRRORS: Registry[Any] = Registry("tracking mirror")
 FIGURES: Registry[Any] = Registry("report figure")
 # report/sections.py SectionSource: extra sections of a suite's report: kept policies' benchmarks, the lab's
 SECTIONS: Registry[Any] = Registry("report section")
+# report/stats.py Statistic: a cell statistic the report prints (`report.statistic`), with its interval: iqm, mean
+STATISTICS: Registry[Any] = Registry("report statistic")

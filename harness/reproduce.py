@@ -17,7 +17,7 @@ The test, per trial and then per cell (a cell: the trial's grid point without it
   were recorded) the cell is tested statistically, with the report's own numbers and `stalebench compare`'s
   test: the per-seed final held-out accuracies (diverged trials score 0 from the divergence on), the
   difference new - committed and its 95% interval (`report.stats.difference_estimate` of the statistic the
-  report prints: for "iqm" an IQM bootstrap with >= 5 seeds a side and Welch t below, for "mean" Welch t);
+  report prints: for the IQM a bootstrap with >= 5 seeds a side and Welch t below, for the mean Welch t);
   **agrees** when the interval contains 0, **differs** when it excludes
   0, **undecided** with one seed a side (no interval).
 
@@ -39,7 +39,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.trial import numerics
 
@@ -52,6 +52,9 @@ from harness.store.trialdir import SUITE_FILE
 from harness.suite.session import write_suite_file
 from harness.store.untrusted import short
 from harness.store.untrusted_json import read_json_file
+
+if TYPE_CHECKING:                                  # the report is imported where it is used (numpy, scipy)
+    from harness.report.stats import Statistic
 OUT_DIR = "reproduce"            # <results>/reproduce/<suite>/
 BUNDLE = "results.json"          # the report's published numbers (report/html.py), beside raw.tar.gz
 MAX_BUNDLE_BYTES = 256 * 2**20
@@ -181,9 +184,10 @@ def _accuracies_at(results_dir: Path, trial_ids: list[str], steps: int) -> dict[
 
 
 def verdicts(checks: list[TrialCheck], committed: Path, rerun: Path,
-             steps: int | None = None, statistic: str = "iqm") -> list[tuple[str, str, str]]:
+             steps: int | None, statistic: Statistic) -> list[tuple[str, str, str]]:
     """(cell, verdict, detail) per cell, in the suite's order (see the module docstring); ``steps``: a slice,
-    its committed side scored at that step; ``statistic``: the report's (``report.statistic``)."""
+    its committed side scored at that step; ``statistic``: the report's (the one ``report.statistic``
+    names)."""
     import numpy as np
 
     from harness.report import stats
@@ -302,7 +306,7 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
     """Rerun REPORT_DIR's finished trials (the --only slice; with ``steps``, their first ``steps`` steps)
     with `run(suite, trials, out_root)`, which writes them to out_root/<suite>/; returns the verdict table
     and its rows (cell, verdict, detail)."""
-    from harness.report.stats import MIN_CONFIDENT_SEEDS
+    from harness.report import stats
     with committed_results(report_dir) as committed:
         suite, every = load_suite_trials(committed / SUITE_FILE, stored=True)
         rerun, refused = planned(every, committed, only)
@@ -318,7 +322,8 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
         checks = refused + [_checked(t, committed, new_dir, steps) for t in rerun]
         order = {t.trial_id: i for i, t in enumerate(every)}
         checks.sort(key=lambda c: order[c.trial.trial_id])
-        cells = verdicts(checks, committed, new_dir, steps, suite.report.statistic)
+        statistic = stats.named(suite.report.statistic)
+        cells = verdicts(checks, committed, new_dir, steps, statistic)
         bundle = published(Path(report_dir), committed) if steps is None else []    # a check, not a cell
     rows = cells + bundle
     width = max(len(r[0]) for r in rows)
@@ -328,12 +333,20 @@ def reproduce(report_dir: Path, only: list[str], results_root: Path, run: Runner
             + (f" (their first {steps} steps)" if steps else ""),
             f"identical: bit for bit; on another float path or CPU vendor: the difference of "
             f"{'final accuracy' if steps is None else f'accuracy at step {steps}'} and its "
-            f"95% interval ({'mean, Welch t; *' if suite.report.statistic == 'mean' else 'IQM bootstrap; * Welch t,'} "
-            f"fewer than {MIN_CONFIDENT_SEEDS} seeds), 'agrees' when it contains 0 (docs/reproducibility.md)"]
+            f"95% interval ({_interval_words(statistic)} fewer than {stats.MIN_CONFIDENT_SEEDS} seeds), 'agrees' when "
+            f"it contains 0 (docs/reproducibility.md)"]
     lines = [f"  {cell.ljust(width)}  {verdict:<10} {detail}" for cell, verdict, detail in rows]
     tally = f"cells: {', '.join(f'{v}: {n}' for v, n in counts.items())}" + "".join(
         f"; {name}: {verdict}" for name, verdict, _ in bundle)
     return "\n".join([*head, *lines, tally]), rows
+
+
+def _interval_words(statistic: Statistic) -> str:
+    """The difference's interval, as the verdict table's head names it: "mean, Welch t; *"."""
+    below = statistic.fallback
+    if below is None:
+        return f"{statistic.label}, {statistic.interval.between}; *"
+    return f"{statistic.label} {statistic.interval.between}; * {below.interval.between},"
 
 
 def run_in_ray(address: str | None) -> Runner:

@@ -1,8 +1,10 @@
 """Shared fixtures: a tiny random-init Qwen3 model on disk (seconds to build, no warm start) and env."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import pytest
 
@@ -66,3 +68,31 @@ def learning_base(tiny_base) -> dict:
     """tiny_base on the committed frozen base (`kind: tiny`) instead of the random model, whose rewards, hence
     updates, are all zero: for tests that need the policy to move."""
     return {**tiny_base, "model": {"kind": "tiny"}}
+
+
+@pytest.fixture
+def killed_at_update(monkeypatch) -> Callable[[int], ContextManager[None]]:
+    """`with killed_at_update(n): run(...)`: the trial is killed on its n-th optimizer update (Trainer.update
+    raises KeyboardInterrupt, which the context expects: it fails if the kill never came); the real update
+    is back after the context, so the next run resumes the trial."""
+    from harness.trial.trainer import Trainer
+
+    original = Trainer.update
+
+    @contextlib.contextmanager
+    def killed(n: int):
+        calls = {"n": 0}
+
+        def update(self, batch):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt("simulated kill")
+            return original(self, batch)
+
+        monkeypatch.setattr(Trainer, "update", update)
+        try:
+            with pytest.raises(KeyboardInterrupt, match="simulated kill"):
+                yield
+        finally:
+            monkeypatch.setattr(Trainer, "update", original)
+    return killed

@@ -4,9 +4,9 @@ of the trial statuses, one reader of the suite file, trial kinds instead of `lab
 fit on a reader's desk, the tracking packages imported only by harness/store/tracking/, and a repository that
 stands alone.
 
-The import graph is built from the AST of harness/**/*.py. Module-level and function-level imports count
-alike (a lazy import still couples two modules), and so does a string that is a module's name outside a
-docstring (`importlib.import_module("harness.x")`, `compose("harness.builtins")`, a tuple of homes that a
+The import graph is built from the AST of harness/**/*.py and studies/**/*.py (the paper's study, the floor
+above harness). Module-level and function-level imports count alike (a lazy import still couples two
+modules), and so does a string that is a module's name outside a docstring (`importlib.import_module("harness.x")`, `compose("harness.builtins")`, a tuple of homes that a
 registry imports): a module named in a string is one imported by name. `from pkg import name` is an edge to
 `pkg.name` when that is a module, else to `pkg`; importing a module does not add an edge to its parent
 package, since Python completes a partially imported package for a submodule import.
@@ -21,6 +21,7 @@ from pathlib import Path
 from harness.store import trialdir
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "harness"
+STUDIES = REPO / "studies"                  # the paper's study, the floor above harness
 MAX_LINES = 400
 # The names of the trial directory's files, as trialdir.py defines them: no other module may spell them.
 TRIAL_FILES = (trialdir.CONFIG, trialdir.PARAMS, trialdir.PROVENANCE, trialdir.METRICS, trialdir.EVALS,
@@ -37,9 +38,10 @@ OTHER_MEANINGS = {("harness/tasks/benchmarks.py", "benchmarks"): "the shared ben
 LAB_KNOWERS = ("harness.lab", "harness.config.lab", "harness.store.trialdir")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(packages: tuple[Path, ...] = (PACKAGE,)) -> dict[str, Path]:
+    """module name -> file, for every module of `packages` (harness/ alone unless told)."""
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for package in packages for p in package.rglob("*.py")):
         parts = list(path.relative_to(REPO).with_suffix("").parts)
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     assert len(out) > 50 and "harness.store.trialdir" in out, sorted(out)[:5]
@@ -142,17 +144,20 @@ def test_a_module_named_in_a_string_is_an_edge(tmp_path):
 
 
 def test_no_import_cycle_among_harness_modules():
-    assert cycles(import_graph(_modules())) == []
+    assert cycles(import_graph(_modules((PACKAGE, STUDIES)))) == []
 
 
 # The rooms of harness/, bottom to top (README, "Where things live"): a module imports modules of its own room
 # and of rooms below it, never above; lazy and TYPE_CHECKING imports count. Components (tasks, engines,
 # bases) sit below the specification that names them; the lab, a kind of trial with its own report
 # sections, sits above the report and registers itself into both. The composition root (harness/builtins.py,
-# named by the package's __init__) imports the built-ins of every floor, so it sits on the top one.
+# named by the package's __init__) imports the built-ins of every floor, so it sits on the top one. A paper's
+# study (studies/) lives above the product: it imports harness, harness never names it, and it registers its
+# report sections through its own composition root (studies/builtins.py).
 LAYERS = (("harness.errors", "harness.registry"), ("harness.store",), ("harness.tasks", "harness.rollout"),
           ("harness.bases",), ("harness.config",), ("harness.trial",), ("harness.suite",), ("harness.report",),
-          ("harness.lab",), ("harness.evaluation", "harness.reproduce", "harness.cli", "harness.builtins", "harness"))
+          ("harness.lab",), ("harness.evaluation", "harness.reproduce", "harness.cli", "harness.builtins", "harness"),
+          ("studies",))
 
 
 def layer_of(module: str) -> int:
@@ -171,10 +176,13 @@ def test_the_layer_check_finds_an_upward_import():
     assert upward_imports({"harness.config.run": {"harness.report.collapse"}}) == \
         ["harness.config.run -> harness.report.collapse"]
     assert upward_imports({"harness.report.html": {"harness.config.suite"}}) == []
+    assert upward_imports({"harness.builtins": {"studies.lab_verdicts"}}) == ["harness.builtins -> studies.lab_verdicts"]
+    assert upward_imports({"studies.lab_verdicts": {"harness.lab.report"}}) == []
 
 
 def test_imports_only_go_down():
-    assert upward_imports(import_graph(_modules())) == []
+    """Within harness/, and from harness/ to the study above it (a string naming a study module counts)."""
+    assert upward_imports(import_graph(_modules((PACKAGE, STUDIES)))) == []
 
 
 def _strings(tree: ast.AST) -> list[ast.Constant]:

@@ -1,15 +1,13 @@
-"""scripts/claims_page.py: the committed claims page is what the script computes from the committed raw files
+"""studies/claims_page.py: the committed claims page is what the script computes from the committed raw files
 (every verdict and statistic of reports/claims/verdicts.json, recomputed), with one verdict of the four per claim."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+from studies import claims_page as page
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("claims_page", ROOT / "scripts" / "claims_page.py")
-page = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(page)
 
 VERDICTS = {"supported", "supported (direction)", "not supported", "inconclusive at this power",
             "not testable on this benchmark", page.NOT_RUN}

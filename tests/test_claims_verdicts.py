@@ -1,17 +1,11 @@
-"""scripts/claims_verdicts.py: the pre-registered tests of claims (c) and (d) (docs/claims.md) on hand-made
+"""studies/claims_verdicts.py: the pre-registered tests of claims (c) and (d) (docs/claims.md) on hand-made
 accuracies whose answer is known."""
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "claims_verdicts", Path(__file__).resolve().parents[1] / "scripts" / "claims_verdicts.py")
-cv = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cv)
+from studies import claims_verdicts as cv
 
 SEEDS = 6
 JITTER = np.array([-0.005, -0.003, -0.001, 0.001, 0.003, 0.005])   # mean 0, spread ±0.005 over 6 seeds

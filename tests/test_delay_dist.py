@@ -131,20 +131,10 @@ def test_realized_staleness_is_the_drawn_lags(learning_base, tmp_path):
         assert row["stale/max"] == max(lags)
 
 
-def test_resume_with_a_distribution_matches_uninterrupted(learning_base, tmp_path, monkeypatch):
+def test_resume_with_a_distribution_matches_uninterrupted(learning_base, tmp_path, killed_at_update):
     law_ = {"dist": "poisson", "mean": 1.5, "max": 3}
     _, full, full_eval = run(learning_base, tmp_path, "full", delay=law_)
-    calls, original = {"n": 0}, Trainer.update
-
-    def crash_on_fifth(self, batch):
-        calls["n"] += 1
-        if calls["n"] == 5:                            # checkpoint_every = 2: resumes from step 4
-            raise KeyboardInterrupt("simulated kill")
-        return original(self, batch)
-
-    monkeypatch.setattr(Trainer, "update", crash_on_fifth)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_update(5):                          # checkpoint_every = 2: resumes from step 4
         run(learning_base, tmp_path, "resumed", delay=law_)
-    monkeypatch.setattr(Trainer, "update", original)
     _, resumed, resumed_eval = run(learning_base, tmp_path, "resumed", delay=law_)
     assert strip_perf(resumed) == strip_perf(full) and resumed_eval == full_eval

@@ -1,7 +1,6 @@
-"""scripts/design_v3.py: benchmark v3's design decisions from constructed design-run files."""
+"""studies/design_v3.py: benchmark v3's design decisions from constructed design-run files."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,11 +8,9 @@ import pytest
 
 from harness.store.tracking.runlog import RunLog
 from harness.store.trialdir import config_sha256
+from studies import design_v3 as design
 
 REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("design_v3", REPO / "scripts" / "design_v3.py")
-design = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(design)
 
 
 def _trial(root: Path, delay: int, seed: int, q50: float, over: float, acc: dict[int, float], step_s: float = 1.5,
@@ -91,7 +88,7 @@ def test_refuses_another_estimator_and_a_missing_run(tmp_path):
 
 
 def test_the_committed_decisions_are_read_off_the_committed_raw_files(tmp_path):
-    """reports/design-v3/decisions.json is what scripts/design_v3.py reads off reports/design-v3/raw.tar.gz."""
+    """reports/design-v3/decisions.json is what studies/design_v3.py reads off reports/design-v3/raw.tar.gz."""
     import tarfile
     with tarfile.open(REPO / "reports" / "design-v3" / "raw.tar.gz") as archive:
         archive.extractall(tmp_path, filter="data")

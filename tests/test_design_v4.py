@@ -1,18 +1,15 @@
-"""scripts/design_v4.py: benchmark v4's largest delay from constructed design-run files (docs/benchmark-v4.md §3)."""
+"""studies/design_v4.py: benchmark v4's largest delay from constructed design-run files (docs/benchmark-v4.md §3)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from harness.store.tracking.runlog import RunLog
 from harness.store.trialdir import config_sha256
+from studies import design_v4 as design
 
 REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("design_v4", REPO / "scripts" / "design_v4.py")
-design = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(design)
 
 
 def _trial(root: Path, lr: float, delay: int, capped: float, steps: int = 8) -> None:

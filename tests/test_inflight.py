@@ -33,9 +33,9 @@ def lean_base(tiny_base):
 
 
 @pytest.fixture
-def learning_base(tiny_base):
-    """The CPU default base (it learns addrev, so versions differ) on the lean forward."""
-    return {**tiny_base, "model": {"kind": "tiny", "forward": "lean"}}
+def lean_learning_base(learning_base):
+    """The committed frozen base (it learns addrev, so versions differ) on the lean forward."""
+    return {**learning_base, "model": {**learning_base["model"], "forward": "lean"}}
 
 
 def test_the_schedule_is_the_formula_by_hand():
@@ -138,8 +138,8 @@ def keep_kv_reference(model_at, r: Rollout, i: int) -> torch.Tensor:
     return torch.stack(logps)
 
 
-def test_each_token_is_sampled_by_its_version_and_estimators_get_its_log_prob(learning_base):
-    cfg = build_run_config(learning_base, {"inflight": {"tokens_per_update": 2}, "delay": 1})
+def test_each_token_is_sampled_by_its_version_and_estimators_get_its_log_prob(lean_learning_base):
+    cfg = build_run_config(lean_learning_base, {"inflight": {"tokens_per_update": 2}, "delay": 1})
     t = Trainer(cfg)
     t.start_source()
     for v in range(5):                                 # versions 0..4 with real updates in between
@@ -166,11 +166,11 @@ def test_each_token_is_sampled_by_its_version_and_estimators_get_its_log_prob(le
         assert err[v] < 5e-5 and all(err[u] > 10 * err[v] for u in err if u != v), (v, err)
 
 
-def test_an_inflight_trial_records_segments_and_replays_exactly(learning_base, tmp_path):
+def test_an_inflight_trial_records_segments_and_replays_exactly(lean_learning_base, tmp_path):
     inflight = {"inflight": {"tokens_per_update": 2}, "delay": 0}
-    status, rows, _ = run(learning_base, tmp_path, "inflight", **inflight)
+    status, rows, _ = run(lean_learning_base, tmp_path, "inflight", **inflight)
     assert status == "completed" and sum(r["loss/value"] != 0 for r in rows) >= 2    # the policy moves
-    cfg = build_run_config(learning_base, inflight)
+    cfg = build_run_config(lean_learning_base, inflight)
     recorded = trialdir.read_side_rows(tmp_path / "inflight", trialdir.TRACE)
     hist = trialdir.read_side_rows(tmp_path / "inflight", trialdir.IS_HIST)
     for s, (row, line, h) in enumerate(zip(rows, recorded, hist)):
@@ -186,28 +186,18 @@ def test_an_inflight_trial_records_segments_and_replays_exactly(learning_base, t
     assert any("segments" in line for line in recorded) and max(r["stale/token_max"] for r in rows) == 3
     path = trialdir.trace_file(tmp_path / "inflight")
     replay = {"delay": {"dist": "trace", "path": str(path), "max": 3}}
-    _, a, a_eval = run(learning_base, tmp_path, "replay-a", **replay)
-    _, b, b_eval = run(learning_base, tmp_path, "replay-b", **replay)
+    _, a, a_eval = run(lean_learning_base, tmp_path, "replay-a", **replay)
+    _, b, b_eval = run(lean_learning_base, tmp_path, "replay-b", **replay)
     assert strip_perf(a) == strip_perf(b) and a_eval == b_eval
     assert [r["stale/mean"] for r in a] == [r["stale/mean"] for r in rows]
 
 
-def test_resume_of_an_inflight_trial_matches_uninterrupted(learning_base, tmp_path, monkeypatch):
+def test_resume_of_an_inflight_trial_matches_uninterrupted(lean_learning_base, tmp_path, killed_at_update):
     inflight = {"inflight": {"tokens_per_update": 3}, "delay": 1}
-    _, full, full_eval = run(learning_base, tmp_path, "full", **inflight)
-    calls, original = {"n": 0}, Trainer.update
-
-    def crash_on_fifth(self, batch):
-        calls["n"] += 1
-        if calls["n"] == 5:                            # checkpoint_every = 2: resumes from step 4
-            raise KeyboardInterrupt("simulated kill")
-        return original(self, batch)
-
-    monkeypatch.setattr(Trainer, "update", crash_on_fifth)
-    with pytest.raises(KeyboardInterrupt):
-        run(learning_base, tmp_path, "resumed", **inflight)
-    monkeypatch.setattr(Trainer, "update", original)
-    _, resumed, resumed_eval = run(learning_base, tmp_path, "resumed", **inflight)
+    _, full, full_eval = run(lean_learning_base, tmp_path, "full", **inflight)
+    with killed_at_update(5):                          # checkpoint_every = 2: resumes from step 4
+        run(lean_learning_base, tmp_path, "resumed", **inflight)
+    _, resumed, resumed_eval = run(lean_learning_base, tmp_path, "resumed", **inflight)
     assert strip_perf(resumed) == strip_perf(full) and resumed_eval == full_eval
     for side in (trialdir.TRACE, trialdir.IS_HIST):
         assert trialdir.read_side_rows(tmp_path / "resumed", side) == trialdir.read_side_rows(tmp_path / "full", side)

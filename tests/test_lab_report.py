@@ -1,10 +1,12 @@
-"""The estimator-lab report section: slope fits, verdict rules, and lab_sections on a tiny suite."""
+"""The estimator-lab report section (slope fits, lab_sections on a tiny suite) and the study's verdict rules over it
+(studies/lab_verdicts.py: its section follows the lab's)."""
 from __future__ import annotations
 
 import json
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +16,9 @@ from harness.config.run import build_run_config
 from harness.lab.dynamics import LabRun
 from harness.lab.report import lab_sections
 from harness.lab.results import fit_power, read_trials
+from harness.report.load import load_results
 from harness.store.tracking import RunLog
+from studies.lab_verdicts import claim_sections
 
 
 def test_fit_recovers_a_power_law():
@@ -127,14 +131,17 @@ def test_sweeps_are_computed_by_the_run_and_only_read_by_the_report(lab_results,
     assert cache.stat().st_mtime_ns == stamp
     sections = lab_sections(lab_results, tmp_path / "out")
     titles = [t for t, _ in sections]
-    assert titles[0] == "Estimator lab: bias vs group size" and titles[-1] == "Estimator lab: verdicts per claim"
-    assert "Estimator lab: convergence vs delay" in titles
+    assert titles[0] == "Estimator lab: bias vs group size" and titles[-1] == "Estimator lab: convergence vs delay"
+    assert "Estimator lab: verdicts per claim" not in titles                    # the study's, below
     for _, blocks in sections:
         for b in blocks:
             assert set(b) in ({"text"}, {"figure", "caption"}, {"table"})
             if "figure" in b:
                 assert (tmp_path / "out" / b["figure"]).is_file()
-    (verdicts,) = sections[-1][1]
+    (section,) = claim_sections(load_results(lab_results), tmp_path / "out")
+    assert section.title == "Estimator lab: verdicts per claim"
+    (verdicts,) = section.blocks
+    assert verdicts["table"]["columns"] == ["claim", "verdict", "numbers", "rule"]
     rows = verdicts["table"]["rows"]
     assert [r["claim"][:2] for r in rows if r["claim"][:1].isdigit()] == ["1.", "2.", "3.", "4.", "5."]
     assert {r["verdict"] for r in rows} <= {"consistent", "inconsistent", "inconclusive", "not testable here"}
@@ -153,6 +160,7 @@ def test_non_lab_suite_has_no_section(tmp_path):
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump({"suite": "x", "version": 1, "base": {}, "grid": {}}))
     assert lab_sections(tmp_path, tmp_path / "out") == []
     assert lab_sections(tmp_path / "missing", tmp_path / "out") == []
+    assert claim_sections(SimpleNamespace(path=tmp_path), tmp_path / "out") == []
 
 
 def _write_trial(root: Path, tid: str, params: dict, bias: float, m2: float, acc: list[float]) -> None:
@@ -174,8 +182,8 @@ def test_claim1_counts_configurations_not_trials(tmp_path, layout):
     ranks the outcome perfectly; over 4 units the exact permutation p-value of ρ = 1 is 2/4! = 0.083 (the
     identity and its reverse), so the verdict is "inconclusive". The previous code, on the "old" layout,
     reported ρ_bias = 0.97, p = 2.7e-07, n = 12 (trials taken as independent) and "consistent"."""
-    from harness.lab.report import verdicts
     from harness.lab.results import configurations
+    from studies.lab_verdicts import verdicts
 
     configs = [("gmc_grpo", 0.1, 0.1), ("gmc_grpo", 0.4, 0.2), ("m2po", None, 0.3), ("bapo", None, 0.4)]
     for algo, eps, bias in configs:
@@ -273,23 +281,25 @@ def _fit(lo: float, hi: float) -> dict:
     ("trajectory clipping", [], "unresolved"),                          # nothing fitted
 ])
 def test_one_rule_per_kind(kind, cis, reading):
-    from harness.lab.families import g_reading
+    from studies.lab_verdicts import g_reading
     assert g_reading(kind, [_fit(lo, hi) for lo, hi in cis]) == reading
 
 
 def test_the_lab_report_and_sweeps_name_no_estimator():
-    """No registered estimator's name appears as a string constant in the lab's sweep, report or plot code:
-    estimators are chosen and judged by their registry family (a plugin of a family gets the same rules)."""
+    """No registered estimator's name appears as a string constant in the lab's sweep, report or plot code, nor
+    in the study's verdicts: estimators are chosen and judged by their registry family (a plugin of a family
+    gets the same rules)."""
     import ast
 
     from algorithms import loss_names
 
     names = set(loss_names())
-    root = Path(__file__).resolve().parents[1] / "harness" / "lab"
-    for file in ("report.py", "sweeps.py", "plots.py", "families.py"):
+    root = Path(__file__).resolve().parents[1]
+    for file in ("harness/lab/report.py", "harness/lab/sweeps.py", "harness/lab/plots.py", "harness/lab/families.py",
+                 "studies/lab_verdicts.py"):
         tree = ast.parse((root / file).read_text(encoding="utf-8"))
         hits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
-        assert not hits, f"harness/lab/{file} names {sorted(hits)}"
+        assert not hits, f"{file} names {sorted(hits)}"
 
 
 @pytest.fixture
@@ -309,7 +319,8 @@ def group_cap_plugin():
 
 def test_a_plugin_of_a_family_is_swept_and_judged_by_its_family_rule(group_cap_plugin):
     from harness.lab.families import kinds
-    from harness.lab.report import slope_rows, verdicts
+    from harness.lab.report import slope_rows
+    from studies.lab_verdicts import verdicts
     from harness.lab.sweeps import run_sweeps
     from harness.config.dicts import from_dict
     from harness.config.lab import LabConfig

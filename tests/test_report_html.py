@@ -332,7 +332,8 @@ def test_report_never_imports_torch_ray_or_the_trainer(tmp_path):
 
 def test_a_lab_report_only_reads(tmp_path):
     """An estimator-lab suite's report (its trials and the sweeps `stalebench run` stored) is rendered
-    without torch or the lab's computing modules, with the lab section in the page's own templates."""
+    without torch or the lab's computing modules, with the lab section in the page's own templates, and
+    with the study imported (studies/), its verdict per claim after the lab's sections."""
     from harness.config.run import build_run_config
     from harness.lab.dynamics import LabRun
     from harness.lab.sweeps import store_sweeps
@@ -356,12 +357,12 @@ def test_a_lab_report_only_reads(tmp_path):
             log.status(outcome.status, step=outcome.step)
     assert store_sweeps(results).startswith("lab: fixed-policy sweeps computed")
     out = tmp_path / "out"
-    loaded = _report_imports(f"build_report(Path({str(results)!r}), Path({str(out)!r}))")
-    assert "harness.lab.report" in loaded                                  # the lab section was rendered
+    loaded = _report_imports(f"import studies; build_report(Path({str(results)!r}), Path({str(out)!r}))")
+    assert "harness.lab.report" in loaded and "studies.lab_verdicts" in loaded   # both sections were rendered
     assert not [m for m in loaded if m.split(".")[0] in FORBIDDEN or m.startswith(FORBIDDEN)]
     page = (out / "index.html").read_text()
-    for title in ("Estimator lab: bias vs group size", "Estimator lab: verdicts per claim"):
-        assert f"<h2>{title}</h2>" in page
+    titles = re.findall(r"<h2>(Estimator lab: [^<]*)</h2>", page)
+    assert titles[0] == "Estimator lab: bias vs group size" and titles[-1] == "Estimator lab: verdicts per claim"
     assert re.search(r'<table class="sortable" id="extra-\d+-\d+">', page)   # tables through the table macro
     assert '<figure><img src="lab_bias_vs_g.png" alt="Monte Carlo bias' in page and (out / "lab_bias_vs_g.png").is_file()
     assert {p.name: png_width(p) for p in out.glob("*.png") if png_width(p) < MIN_FIGURE_PX} == {}

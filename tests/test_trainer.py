@@ -125,23 +125,11 @@ def test_same_seed_same_numbers(tiny_base, tmp_path):
     assert strip_perf(c) != strip_perf(a)
 
 
-def test_resume_from_checkpoint_matches_uninterrupted(tiny_base, tmp_path, monkeypatch):
+def test_resume_from_checkpoint_matches_uninterrupted(tiny_base, tmp_path, killed_at_update):
     _, full, full_eval = run(tiny_base, tmp_path, "full", delay=2)
-
-    calls = {"n": 0}
-    original = Trainer.update
-
-    def crash_on_fifth(self, batch):
-        calls["n"] += 1
-        if calls["n"] == 5:                  # checkpoint_every = 2: the last checkpoint is at step 4
-            raise KeyboardInterrupt("simulated kill")
-        return original(self, batch)
-
-    monkeypatch.setattr(Trainer, "update", crash_on_fifth)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_update(5):                # checkpoint_every = 2: the last checkpoint is at step 4
         run(tiny_base, tmp_path, "resumed", delay=2)
     assert (tmp_path / "resumed" / "checkpoint.pt").exists()
-    monkeypatch.setattr(Trainer, "update", original)
     status, resumed, resumed_eval = run(tiny_base, tmp_path, "resumed", delay=2)
     assert status == "completed"
     assert strip_perf(resumed) == strip_perf(full)

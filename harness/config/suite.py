@@ -37,6 +37,7 @@ from harness.config.tune import TuneSpec
 
 from harness.config.dicts import NEW_SETTING, from_dict, to_dict
 from harness.errors import ConfigError
+from harness.registry import STATISTICS
 from harness.config.collapse import CollapseRules
 from harness.store import trialdir
 from harness.store.tracking.mirrors import TrackingConfig
@@ -48,7 +49,6 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")   # a suite's name (and an esti
                                                     # matched whole (fullmatch: no trailing newline), ASCII only
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
-STATISTICS = ("iqm", "mean")            # `report.statistic`: the cells' point estimate (ReportSection)
 DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
 OVERRIDES_SCOPES = ("all", "stale")   # where `overrides:` apply: every trial, or the stale ones only
 MAX_FAILURES = 10             # retries of a trial: more would only repeat a deterministic failure
@@ -88,8 +88,9 @@ class Resources:
 class ReportSection:
     """The `report:` section: the collapse rules (report/collapse.py), the estimator the probability of
     improvement is measured against (one of the suite's estimators; default: DEFAULT_ESTIMATOR), and the
-    cells' point estimate (STATISTICS: "iqm", IQM with a bootstrap interval from 5 seeds, the mean below;
-    "mean", the mean with a Student-t interval, the statistic the pair tests compare)."""
+    cells' point estimate, by the name of a registered statistic (harness/registry.py STATISTICS, the objects
+    in harness/report/stats.py: "iqm", IQM with a bootstrap interval from 5 seeds, the mean below; "mean", the
+    mean with a Student-t interval, the statistic the pair tests compare)."""
     collapse: CollapseRules = field(default_factory=CollapseRules)
     baseline: str = DEFAULT_BASELINE
     statistic: str = "iqm"
@@ -288,9 +289,9 @@ def _report(value: Any, suite: Suite) -> ReportSection:
         raise ConfigError(f"report.baseline: {short(baseline)} is not an estimator of this suite; choose one "
                           f"of {', '.join(suite.algorithms)}")
     statistic = value.get("statistic", "iqm")
-    if statistic not in STATISTICS:
+    if not isinstance(statistic, str) or statistic not in STATISTICS:
         raise ConfigError(f"report.statistic: {short(statistic)} is not a statistic the report prints; choose one "
-                          f"of {', '.join(STATISTICS)}")
+                          f"of {', '.join(STATISTICS.names())}")
     return ReportSection(collapse=rules, baseline=baseline, statistic=statistic)
 
 

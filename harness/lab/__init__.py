@@ -12,5 +12,5 @@ Modules (see harness/lab/README.md for the definitions and how to run it):
     sweep_file.py  lab/sweeps.json: the sweeps' inputs, key, reading and writing (torch-free)
     results.py   read a lab suite's trial files; distinct configurations; power-law fits; permutation tests (torch-free)
     figures.py   the report's figures (torch-free)
-    report.py    lab_sections(results_dir, out_dir): the report section (blocks) and per-claim verdicts
+    report.py    lab_sections(results_dir, out_dir): the report section (blocks): figures, slope fits
 """

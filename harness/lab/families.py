@@ -1,7 +1,8 @@
-"""The two trajectory-level families the lab's claims are about, read from an estimator's registry family.
+"""The two trajectory-level kinds of importance weight the lab sweeps, read from an estimator's registry family.
 
-The GMC-GRPO paper's claims compare *kinds* of trajectory-level importance weights, not two named
-estimators, so the lab judges every estimator of a kind by the same rule (a plugin included):
+The lab compares *kinds* of trajectory-level importance weights, not two named estimators, so every
+estimator of a kind is swept and read alike (a plugin included; a study judges a kind by one rule:
+studies/lab_verdicts.py):
 
 - **group rescaling** (`correction: group-cap`): one factor per group scales every trajectory ratio r_i,
   so that the group's mass is capped (gmc_grpo).
@@ -16,16 +17,15 @@ runs), so this module and the report read plain strings and never import the est
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 RESCALING = "group rescaling"
 CLIPPING = "trajectory clipping"
-KINDS = {"group-cap": RESCALING, "sequence-is": CLIPPING}     # registry `correction` -> the claims' kind
+KINDS = {"group-cap": RESCALING, "sequence-is": CLIPPING}     # registry `correction` -> the kind
 
 
 def kind_of(family: Mapping[str, Any] | None) -> str | None:
-    """The claims' kind of an estimator's registry family (RESCALING, CLIPPING), or None for neither."""
+    """The kind of an estimator's registry family (RESCALING, CLIPPING), or None for neither."""
     return KINDS.get(str((family or {}).get("correction", "")))
 
 
@@ -46,19 +46,3 @@ def kind_label(data: dict[str, Any], name: str) -> str:
         if name in names:
             return kind
     return "neither"
-
-
-def g_reading(kind: str, fits: list[dict[str, Any]]) -> str:
-    """One estimator's reading of its bias-vs-G fits (one per divergence) under its kind's rule of claim 4:
-    rescaling: "vanishes" (every CI below 0), "contradicts" (some CI above 0); clipping: "persists" (every
-    CI above −0.25), "decays" (some CI below −0.5); otherwise "unresolved" (also with no fitted divergence)."""
-    ok = [f for f in fits if math.isfinite(f["slope"])]
-    if not ok:
-        return "unresolved"
-    if kind == RESCALING:
-        if any(f["lo"] > 0 for f in ok):
-            return "contradicts"
-        return "vanishes" if all(f["hi"] < 0 for f in ok) else "unresolved"
-    if any(f["hi"] < -0.5 for f in ok):
-        return "decays"
-    return "persists" if all(f["lo"] > -0.25 for f in ok) else "unresolved"

@@ -8,7 +8,7 @@ fitted) a point is re-measured on 4× as many groups (a fresh seed) while a focu
 SE above 1/3 of its value (`RESOLVE`), up to lab.sweep_max_groups; each row records its `n_groups`.
 The G and ε sweeps measure the suite's estimators of the two trajectory-level kinds the claims compare
 (families.py: group rescaling, trajectory clipping; chosen by registry family, never by name), and the
-stored data carries every estimator's family so the report can judge each by its kind's rule.
+stored data carries every estimator's family so a reader can group each by its kind.
 A draw is one batch of `batch_groups` groups (the suite's train.prompts_per_step), as in training. The pair: π_θ = θ_0 of the suite's problem (lab.problem_seed, default 0),
 π_b = θ_0 perturbed to KL(π_b ‖ π_θ) = kl (policy.perturb_to_kl). The G sweep runs at every KL of
 `g_kls(lab)` (the suite's lab.kl and two fixed ones) because the fitted slope depends on the divergence.

@@ -29,7 +29,16 @@ def _matplotlib_dir() -> str:
 if "MPLCONFIGDIR" not in os.environ:    # matplotlib's font cache in a temporary folder, not the user's ~/.cache
     os.environ["MPLCONFIGDIR"] = _matplotlib_dir()
 
-from harness.report.html import build_report, build_site  # noqa: E402 — after MPLCONFIGDIR
-from harness.report.paper import closing_table  # noqa: E402
-
 __all__ = ["build_report", "build_site", "closing_table"]
+
+
+def __getattr__(name: str):
+    """The entry points, imported on first use: a statistic's lookup (a suite's `report.statistic`, checked
+    when the suite loads) imports stats.py alone, not the page's pandas, matplotlib and templates."""
+    if name in ("build_report", "build_site"):
+        from harness.report import html
+        return getattr(html, name)
+    if name == "closing_table":
+        from harness.report.paper import closing_table
+        return closing_table
+    raise AttributeError(f"module 'harness.report' has no attribute {name!r}")

@@ -4,10 +4,10 @@
 Cells are matched on the cell keys both suites share (estimator, delay, and any other grid key); the
 per-seed final accuracies are the report's (diverged trials score 0 from the divergence on), and the
 cells and their difference use the statistic both suites' reports print (``report.statistic``; suites that
-print different ones are refused): ``stats.difference_estimate``, for "iqm" an IQM bootstrap with >= 5 seeds a
-side and Welch t below, marked `*`; for "mean" the mean difference with Welch's t interval. "differs" means
+print different ones are refused): ``stats.difference_estimate``, for the IQM a bootstrap with >= 5 seeds a
+side and Welch t below, marked `*`; for the mean the mean difference with Welch's t interval. "differs" means
 the interval excludes 0. Below the cells, per delay (and other shared key), Kendall's tau-b between the two suites' rankings of the estimators by that point estimate
-(``stats.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
+(``significance.kendall_tau``): how far a ranking carries from one suite to the other (another base, another
 machine), whether or not any single difference is resolved. B may vary grid keys A does not (the other bases
 of suites/reference-v2-bases.yaml against the main table): each of its slices is set against A's cells.
 A and B may be committed report directories: ``compare_committed`` reads their raw.tar.gz. A trial that breaks
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.report import checks, stats
+from harness.report import checks, significance, stats
 from harness.report.load import load_results
 from harness.report.tables import FINISHED, analyse
 from harness.store.archive import committed_results
 from harness.store.untrusted import one_line
 
 
-def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str], str, list[str]]:
+def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str], stats.Statistic, list[str]]:
     """The suite's name, its cells' per-seed final accuracies, its cell keys, its statistic, and one line per
     invalid trial left out (report/checks.py: the report's rules, and its words)."""
     res = load_results(Path(results_dir))
@@ -40,7 +40,7 @@ def _finals(results_dir: Path) -> tuple[str, dict[tuple, np.ndarray], list[str],
         values = values if isinstance(values, tuple) else (values,)
         cells[tuple(values)] = group["final_acc"].to_numpy(dtype=float)
     bad = a.trials[a.trials["status"] == checks.INVALID]
-    return res.name, cells, keys, res.settings.statistic, checks.not_counted(bad["trial_id"], bad["notes"])
+    return res.name, cells, keys, a.statistic, checks.not_counted(bad["trial_id"], bad["notes"])
 
 
 def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> str:
@@ -50,7 +50,7 @@ def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> 
     name_a, cells_a, keys_a, statistic, dropped_a = _finals(a_dir)
     name_b, cells_b, keys_b, statistic_b, dropped_b = _finals(b_dir)
     if statistic_b != statistic:
-        raise ValueError(f"{label_a} prints the {statistic} and {label_b} the {statistic_b} of each cell "
+        raise ValueError(f"{label_a} prints the {statistic.name} and {label_b} the {statistic_b.name} of each cell "
                          f"(report.statistic); compare suites whose reports print the same statistic")
     extra = [k for k in keys_b if k not in keys_a]          # B's own slices (e.g. its bases), each set against A
     if [k for k in keys_b if k not in extra] != keys_a:
@@ -75,7 +75,7 @@ def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> 
     for rest in sorted({key[1:] for key in common}, key=lambda k: tuple(str(v) for v in k)):
         at = {key[0]: stats.estimate(cells_a[on_a(key)], statistic=statistic).point for key in common if key[1:] == rest}
         bt = {key[0]: stats.estimate(cells_b[key], statistic=statistic).point for key in common if key[1:] == rest}
-        tau, n = stats.kendall_tau(at, bt)
+        tau, n = significance.kendall_tau(at, bt)
         if n >= 3:
             where = ", ".join(f"{k}={v}" for k, v in zip(keys_b[1:], rest))
             taus.append(f"Kendall's tau-b of the rankings at {where}: "
@@ -85,9 +85,7 @@ def compare(a_dir: Path, b_dir: Path, labels: tuple[str, str] | None = None) -> 
     only = len(set(cells_a) ^ {on_a(key) for key in cells_b})
     notes = [f"A = {label_a}, B = {label_b}: final held-out accuracy per cell ({len(common)} cells in common"
              + (f", {only} in only one" if only else "") + ").",
-             ("Difference: mean, Welch t interval" if statistic == "mean" else
-              "Difference: IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t interval)")
-             + "; 'differs' = the interval excludes 0."]
+             f"Difference: {stats.difference_rule(statistic)}; 'differs' = the interval excludes 0."]
     for side, dropped in (("A", dropped_a), ("B", dropped_b)):
         if dropped:
             more = f" (and {len(dropped) - 3} more)" if len(dropped) > 3 else ""

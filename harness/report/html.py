@@ -133,7 +133,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "cells": _records(a.cells),
         "trials": _records(a.trials),
         "staleness": _records(a.staleness),
-        "paper_tables": [asdict(t) for t in papers],
+        "paper_tables": [t.record() for t in papers],
         "pair_tests": [{**asdict(t), "fragile": resolve.is_fragile(t.loso_resolved, t.loso_tables)} for t in a.pairs],
         "standings": [{**asdict(t), "answer": t.answer, "answer_loso": t.answer_loso, "fragile": t.fragile}
                       for t in standings],
@@ -242,7 +242,7 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
         "low_confidence": low,
         "min_seeds": stats.MIN_CONFIDENT_SEEDS,
         "unranked": a.unranked,
-        "statistic": a.statistic,
+        "statistic": a.statistic,                    # the template asks it (its fallback, its name)
         "cell_rule": stats.cell_rule(a.statistic, "CI"),
         "agreement": [{"a": r["slice_a"], "b": r["slice_b"], "n": r["estimators"],
                        "tau": "—" if not np.isfinite(r["tau"]) else f"{r['tau']:.2f}"}

@@ -21,8 +21,9 @@ missing one of the table's delays, whose average would not be over the same dela
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -93,8 +94,13 @@ class PaperTable:
     resolved: list[tuple[int, int]]  # per delay: (resolved, tested) estimator pairs (resolve.pair_tests)
     step_sizes: str = ""  # per-estimator train.lr sentence when the suite's overrides set it (step_sizes)
     resolution_floor: str = ""  # set when the seeds cannot resolve any pair (resolve.resolution_floor)
-    iqm: bool = False  # some cell prints an IQM (report.statistic iqm, 5 seeds or more), not the tested mean
+    iqm: bool = False  # some cell prints the suite's statistic, and it is not the mean the pair tests compare
     unranked: str = ""  # why no cell is marked highest (tables.unranked_reason), "" when the highest is bold
+    statistic: stats.Statistic = stats.MEAN  # the suite's (report.statistic); not in results.json (record)
+
+    def record(self) -> dict[str, Any]:
+        """The table as results.json holds it (every field but the statistic object)."""
+        return {k: v for k, v in asdict(self).items() if k != "statistic"}
 
     def caption(self, suite: str) -> str:
         """Plain-text caption: what is shown, seeds, marks present."""
@@ -102,8 +108,8 @@ class PaperTable:
         seeds = (f"{hi} seed" + ("s" if hi != 1 else "")) if lo == hi else f"{lo}-{hi} seeds"
         where = f" ({self.slice})" if self.slice else ""
         top = show(self.delays[-1]) if self.delays else DASH
-        point = ("IQM over seeds [95% bootstrap CI] (the mean [Student-t CI] in cells with fewer than "
-                 f"{stats.MIN_CONFIDENT_SEEDS} seeds)" if self.iqm else "mean over seeds [95% Student-t CI]")
+        printed = self.statistic if self.iqm else self.statistic.fallback or self.statistic
+        point = stats.table_rule(printed)
         retained = (f"Gain retained = (acc at delay {top} - base) / (acc at delay 0 - base), base = the trials' "
                     "step-0 accuracy; " if self.delays and self.delays[0] == 0 else
                     "Gain retained needs a delay-0 run, which this table does not have (\u2014); ")
@@ -117,7 +123,7 @@ class PaperTable:
             text += (f" Resolved pairs: K/M of the M estimator pairs at that delay differ (two-sided exact "
                      f"permutation test on the seeds' mean final accuracy, Holm-adjusted over the table's "
                      f"{tested} pairs, family-wise {resolve.ALPHA:.0%})"
-                     + ("; the test compares means, not the IQMs printed." if self.iqm else "."))
+                     + (f"; the test compares means, not the {printed.label}s printed." if self.iqm else "."))
             if self.resolution_floor:
                 text += " " + self.resolution_floor
         if self.low_confidence:
@@ -169,7 +175,8 @@ def paper_tables(a: Analysis, suite: Suite | None = None) -> list[PaperTable]:
                               resolve.resolved_counts(a.pairs, str(s), [float(d) for d in delays]),
                               step_sizes(suite, algos) if suite is not None else "",
                               resolve.resolution_floor(a.pairs, str(s)),
-                              bool((part["statistic"] == "IQM").any()), a.unranked))
+                              a.statistic != stats.MEAN and bool((part["statistic"] == a.statistic.label).any()),
+                              a.unranked, a.statistic))
     return out
 
 

@@ -7,11 +7,11 @@ with a Student-t interval of that mean (``paired``); otherwise the difference of
 interval (``stats.difference_estimate``, statistic "mean", as ``stalebench compare`` prints it).
 
 *Pairwise test of penalties.* For two estimators at the same D, the difference of their penalties. Matched
-on both sides: an exact two-sample permutation test on the per-seed penalties (``stats.permutation_p``: the
+on both sides: an exact two-sample permutation test on the per-seed penalties (``significance.permutation_p``: the
 labels of the per-seed differences are exchangeable under "same penalty"); otherwise Welch's t on the
 contrast (mean_a(d0) − mean_a(D)) − (mean_b(d0) − mean_b(D)), variance the sum of the four s²/n, degrees
 of freedom by Welch–Satterthwaite. Two-sided p-values of all a table's penalty pairs (every D) are
-Holm-adjusted together (``stats.holm``); a pair is resolved at ``resolve.ALPHA``.
+Holm-adjusted together (``significance.holm``); a pair is resolved at ``resolve.ALPHA``.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from harness.report import stats
+from harness.report import significance, stats
 from harness.report.resolve import ALPHA
 from harness.report.render import show
 from harness.report.sections import Section
@@ -92,7 +92,7 @@ def _penalty(label: str, algo: str, d0: float, d: float, ref: pd.Series, at: pd.
         diff = (ref - at.reindex(ref.index)).to_numpy()
         lo, hi = stats.t_interval(diff)
         return Penalty(label, algo, d0, d, int(diff.size), float(diff.mean()), lo, hi, True, tuple(diff), parts)
-    e = stats.difference_estimate(ref.to_numpy(), at.to_numpy(), statistic="mean")
+    e = stats.difference_estimate(ref.to_numpy(), at.to_numpy(), statistic=stats.MEAN)
     return Penalty(label, algo, d0, d, e.n, e.point, e.lo, e.hi, False, (), parts)
 
 
@@ -114,10 +114,10 @@ def _tests(mine: list[Penalty]) -> list[PenaltyTest]:
         if a.delay != b.delay:
             continue
         if a.paired and b.paired:
-            raw.append((a, b, stats.permutation_p(np.array(a.per_seed), np.array(b.per_seed)), "permutation"))
+            raw.append((a, b, significance.permutation_p(np.array(a.per_seed), np.array(b.per_seed)), "permutation"))
         else:
             raw.append((a, b, welch_contrast_p(a, b), "welch"))
-    adjusted = stats.holm(np.array([r[2] for r in raw]))
+    adjusted = significance.holm(np.array([r[2] for r in raw]))
     return [PenaltyTest(a.slice, a.delay, a.estimator, b.estimator, a.penalty - b.penalty, p, float(q),
                         bool(q <= ALPHA), method) for (a, b, p, method), q in zip(raw, adjusted)]
 

@@ -2,8 +2,8 @@
 
 *Resolved pairs.* In each paper table (one slice), every pair of estimators at the same delay is tested
 on its seeds' final accuracies with a two-sample permutation test on the difference of means
-(``stats.permutation_p``), and the p-values of all the table's pairs (every delay) are adjusted together
-by Holm's method (``stats.holm``); a pair is *resolved* when its adjusted p is at most ``ALPHA``, so the
+(``significance.permutation_p``), and the p-values of all the table's pairs (every delay) are adjusted together
+by Holm's method (``significance.holm``); a pair is *resolved* when its adjusted p is at most ``ALPHA``, so the
 chance that a table shows any resolved pair where there is no difference is at most 5%. Why this test:
 it assumes no distribution (only that the seeds' labels are exchangeable) and is exact at the seed counts
 a table has: at 8 vs 8 seeds its smallest p is 2/C(16, 8) = 1.6e-4, below Holm's strictest threshold for a
@@ -28,7 +28,7 @@ else *not resolved from the best*. With it, the pair with its rival (the other e
 there): the difference, Holm-adjusted p and, when resolved, the leave-one-seed-out count.
 
 *Ranking agreement.* Between every two slices (for a grid over ``model.base``: every two bases), Kendall's
-tau-b between the estimators' values at the largest delay (``stats.kendall_tau``).
+tau-b between the estimators' values at the largest delay (``significance.kendall_tau``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from harness.store import trialdir
-from harness.report import stats
+from harness.report import significance
 from harness.report.render import show
 
 ALPHA = 0.05  # family-wise error rate of one table's resolved pairs
@@ -95,8 +95,8 @@ def _table_tests(part: pd.DataFrame) -> list[PairTest]:
             (x, ids_a), (y, ids_b) = cells[a], cells[b]
             if ids_a == ids_b or x.size < 2 or y.size < 2:
                 continue
-            raw.append((float(delay), a, b, x, y, stats.permutation_p(x, y)))
-    adjusted = stats.holm(np.array([r[-1] for r in raw]))
+            raw.append((float(delay), a, b, x, y, significance.permutation_p(x, y)))
+    adjusted = significance.holm(np.array([r[-1] for r in raw]))
     return [PairTest("", d, a, b, x.size, y.size, float(x.mean() - y.mean()), p, float(q), bool(q <= ALPHA))
             for (d, a, b, x, y, p), q in zip(raw, adjusted)]
 
@@ -202,12 +202,12 @@ def resolved_counts(tests: list[PairTest], slice_label: str, delays: list[float]
 
 def resolution_floor(tests: list[PairTest], slice_label: str) -> str:
     """A caption sentence when one table's seeds cannot resolve any pair at all: every pair's smallest
-    attainable p (``stats.smallest_permutation_p``) is above Holm's first threshold, ALPHA / (tested pairs);
+    attainable p (``significance.smallest_permutation_p``) is above Holm's first threshold, ALPHA / (tested pairs);
     else ""."""
     mine = [t for t in tests if t.slice == slice_label]
     if not mine:
         return ""
-    floor = min(stats.smallest_permutation_p(t.seeds_a, t.seeds_b) for t in mine)
+    floor = min(significance.smallest_permutation_p(t.seeds_a, t.seeds_b) for t in mine)
     threshold = ALPHA / len(mine)
     if floor <= threshold:
         return ""
@@ -224,6 +224,6 @@ def ranking_agreement(cells: pd.DataFrame, delay: float) -> pd.DataFrame:
                 for s, g in at.groupby("slice", sort=True)}
     rows = []
     for a, b in combinations(sorted(rankings), 2):
-        tau, n = stats.kendall_tau(rankings[a], rankings[b])
+        tau, n = significance.kendall_tau(rankings[a], rankings[b])
         rows.append({"slice_a": a, "slice_b": b, "delay": delay, "tau": tau, "estimators": n})
     return pd.DataFrame(rows, columns=["slice_a", "slice_b", "delay", "tau", "estimators"])

@@ -1,7 +1,8 @@
 """Extra report sections: a registry of sources, each adding sections to a suite's report.
 
 Built in: the trajectory regime of the suite's baseline and the kept policies' benchmark table (below); the
-estimator lab registers its sections from harness/lab/report.py. A section source is a function
+estimator lab registers its sections from harness/lab/report.py; a study above harness registers its own
+through its composition root (studies/builtins.py). A section source is a function
 `(SuiteResults, out_dir) -> [Section]`.
 """
 from __future__ import annotations

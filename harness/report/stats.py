@@ -1,4 +1,6 @@
-"""Aggregate statistics over seeds: IQM, intervals, probability of improvement, ranks, accuracy AUC.
+"""Aggregate statistics over seeds: the cells' statistics (``Statistic`` objects, registered: IQM and the
+mean, a suite names one), intervals, probability of improvement, ranks, accuracy AUC. Whether two cells
+differ (permutation tests, Holm) is significance.py's.
 
 Pure functions over numpy arrays (no I/O, no pandas objects in signatures). The data shape follows
 rliable (Agarwal et al. 2021, arXiv 2108.13264): one value per run (seed) of one configuration.
@@ -15,9 +17,6 @@ is not a dependency) with a seeded ``numpy.random.Generator``, so a report is re
 
 from __future__ import annotations
 
-import functools
-import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +24,9 @@ import numpy as np
 from scipy import integrate
 from scipy import stats as sps
 
-Statistic = Callable[..., np.ndarray]
+from harness.registry import STATISTICS
+
+Point = Callable[..., np.ndarray]   # a statistic over seeds along ``axis=`` (rliable's convention)
 MIN_CONFIDENT_SEEDS = 5  # below this many seeds an interval is marked low-confidence
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
@@ -78,7 +79,7 @@ class Estimate:
 
 def bootstrap_ci(
     x: np.ndarray,
-    statistic: Statistic = iqm,
+    statistic: Point = iqm,
     confidence: float = CONFIDENCE,
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
@@ -106,41 +107,129 @@ def t_interval(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, fl
     return float(x.mean() - half), float(x.mean() + half)
 
 
+def welch_interval(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Welch's t interval of mean(x) − mean(y) (two independent samples of at least 2 each)."""
+    point = float(x.mean() - y.mean())
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se = float(np.sqrt(vx + vy))
+    dof = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1)) if se > 0 else 1.0
+    half = float(sps.t.ppf((1 + CONFIDENCE) / 2, dof)) * se
+    return point - half, point + half
+
+
+def bootstrap_difference(x: np.ndarray, y: np.ndarray, statistic: Point, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of statistic(x) − statistic(y), each side resampled independently."""
+    res = sps.bootstrap((x, y), lambda a, b, axis: statistic(a, axis=axis) - statistic(b, axis=axis),
+                        n_resamples=N_RESAMPLES, vectorized=True, confidence_level=CONFIDENCE, method="percentile",
+                        rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """How a statistic's 95% interval is computed: for one cell (`cell(x, point, seed)`) and for the
+    difference of two independent cells (`difference(x, y, point, seed)`). ``method`` is Estimate.method;
+    ``words``, ``brief`` and ``between`` name it in captions (a cell's, the paper table's, a difference's)."""
+
+    method: str
+    words: str
+    brief: str
+    between: str
+    cell: Callable[[np.ndarray, Point, int], tuple[float, float]]
+    difference: Callable[[np.ndarray, np.ndarray, Point, int], tuple[float, float]]
+
+
+BOOTSTRAP = Interval("bootstrap", "percentile bootstrap", "bootstrap", "bootstrap",
+                     lambda x, point, seed: bootstrap_ci(x, point, seed=seed), bootstrap_difference)
+STUDENT_T = Interval("t", "Student-t", "Student-t", "Welch t",            # of the mean, whatever the point
+                     lambda x, point, seed: t_interval(x), lambda x, y, point, seed: welch_interval(x, y))
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A cell statistic the report prints, as rliable passes one: a function over seeds and its interval.
+    A suite names one (`report.statistic`), the registry STATISTICS holds them (harness/registry.py).
+
+    ``name``: the suite's word; ``label``: what the tables print (Estimate.statistic, the cells'
+    "statistic" column); ``point``: the estimate over seeds (accepts ``axis=``); ``interval``: its 95%
+    interval; a cell of fewer than ``min_seeds`` seeds prints ``fallback`` instead; ``short`` and
+    ``definition`` name it in captions."""
+
+    name: str
+    label: str
+    point: Point
+    interval: Interval
+    short: str
+    definition: str = ""
+    min_seeds: int = 2
+    fallback: Statistic | None = None
+
+    def at(self, n: int) -> Statistic:
+        """What a cell of ``n`` seeds prints: this statistic from min_seeds seeds on, its fallback below."""
+        return self if n >= self.min_seeds or self.fallback is None else self.fallback
+
+
+MEAN = Statistic("mean", "mean", mean, STUDENT_T, "the mean")
+IQM = Statistic("iqm", "IQM", iqm, BOOTSTRAP, "the IQM", " (mean of the middle 50%)", MIN_CONFIDENT_SEEDS, MEAN)
+for _statistic in (IQM, MEAN):                         # the default first: an unknown name lists them in this order
+    STATISTICS.register(_statistic.name)(_statistic)
+
+
+def named(name: str) -> Statistic:
+    """The registered statistic a suite's `report.statistic` names (one line listing them when unknown)."""
+    return STATISTICS.get(name, "report.statistic")
+
+
 def estimate(x: np.ndarray, seed: int = 0, bounds: tuple[float, float] = (0.0, 1.0),
-             statistic: str = "iqm") -> Estimate:
+             statistic: Statistic = IQM) -> Estimate:
     """The report's point estimate and 95% interval of one cell's per-seed values ``x`` (n,).
 
-    statistic "iqm" (the default): n >= MIN_CONFIDENT_SEEDS: IQM with a percentile bootstrap interval
-    (rliable's choice, via scipy). 2 <= n < MIN_CONFIDENT_SEEDS: mean with a Student-t interval. At n <= 3
-    the IQM *is* the mean (no value is trimmed) and the percentile bootstrap covers the truth far less often
-    than 95% (measured on normal seeds: 51% at n=2, 75% at n=3, 88% at n=4) while the t interval keeps ~95%
-    (docs/report.md). statistic "mean": the mean with a Student-t interval at every n >= 2 (what the pair
-    tests compare, resolve.py). n = 1: the value, no interval. n = 0: NaN. NaN values are dropped; intervals
-    are clipped to ``bounds`` (accuracy lies in 0..1).
+    IQM (the default): n >= MIN_CONFIDENT_SEEDS: IQM with a percentile bootstrap interval (rliable's choice,
+    via scipy). 2 <= n < MIN_CONFIDENT_SEEDS: mean with a Student-t interval. At n <= 3 the IQM *is* the mean
+    (no value is trimmed) and the percentile bootstrap covers the truth far less often than 95% (measured on
+    normal seeds: 51% at n=2, 75% at n=3, 88% at n=4) while the t interval keeps ~95% (docs/report.md). MEAN:
+    the mean with a Student-t interval at every n >= 2 (what the pair tests compare, resolve.py). n = 1: the
+    value, no interval. n = 0: NaN. NaN values are dropped; intervals are clipped to ``bounds`` (accuracy
+    lies in 0..1).
     """
     x = np.asarray(x, dtype=float)
     x = x[~np.isnan(x)]
     n = int(x.size)
     if n == 0:
-        return Estimate(float("nan"), float("nan"), float("nan"), 0, "mean", "none")
+        return Estimate(float("nan"), float("nan"), float("nan"), 0, MEAN.label, "none")
     if n == 1:
-        return Estimate(float(x[0]), float("nan"), float("nan"), 1, "mean", "none")
-    if n < MIN_CONFIDENT_SEEDS or statistic == "mean":
-        point, (lo, hi), name, method = float(x.mean()), t_interval(x), "mean", "t"
-    else:
-        point, (lo, hi), name, method = float(iqm(x)), bootstrap_ci(x, iqm, seed=seed), "IQM", "bootstrap"
-    return Estimate(point, max(lo, bounds[0]), min(hi, bounds[1]), n, name, method)
+        return Estimate(float(x[0]), float("nan"), float("nan"), 1, MEAN.label, "none")
+    s = statistic.at(n)
+    lo, hi = s.interval.cell(x, s.point, seed)
+    return Estimate(float(s.point(x)), max(lo, bounds[0]), min(hi, bounds[1]), n, s.label, s.interval.method)
 
 
-def cell_rule(statistic: str, band: str | None = "interval") -> str:
+def cell_rule(statistic: Statistic, band: str | None = "interval") -> str:
     """How ``estimate(..., statistic=statistic)`` computes a cell's value and (unless BAND is None) its 95%
     BAND, in words, for captions (the report prints the statistic its suite asks for: ``report.statistic``)."""
-    if statistic == "mean":
-        return "the mean over seeds" + (f" with a 95% Student-t {band}" if band else "")
+    s, below = statistic, statistic.fallback
     if band is None:
-        return f"the IQM over seeds; the mean below {MIN_CONFIDENT_SEEDS} seeds"
-    return (f"the IQM over seeds (mean of the middle 50%) with a 95% percentile bootstrap {band}, or with fewer "
-            f"than {MIN_CONFIDENT_SEEDS} seeds the mean with a Student-t {band}")
+        return f"{s.short} over seeds" + (f"; {below.short} below {s.min_seeds} seeds" if below else "")
+    return (f"{s.short} over seeds{s.definition} with a 95% {s.interval.words} {band}"
+            + (f", or with fewer than {s.min_seeds} seeds {below.short} with a {below.interval.words} {band}"
+               if below else ""))
+
+
+def table_rule(statistic: Statistic) -> str:
+    """The paper table's words for its cells: "mean over seeds [95% Student-t CI]"."""
+    s, below = statistic, statistic.fallback
+    return (f"{s.label} over seeds [95% {s.interval.brief} CI]"
+            + (f" ({below.short} [{below.interval.brief} CI] in cells with fewer than {s.min_seeds} seeds)"
+               if below else ""))
+
+
+def difference_rule(statistic: Statistic) -> str:
+    """``difference_estimate``'s interval in words: "mean, Welch t interval"; * marks the fallback's cells."""
+    s, below = statistic, statistic.fallback
+    if below is None:
+        return f"{s.label}, {s.interval.between} interval"
+    return (f"{s.label} {s.interval.between} with >= {s.min_seeds} seeds a side; * = fewer seeds ({below.label}, "
+            f"{below.interval.between} interval)")
 
 
 def intervals_overlap(a: Estimate, b: Estimate) -> bool | None:
@@ -234,106 +323,19 @@ def best_accuracy(acc: np.ndarray) -> float:
     return float(np.nanmax(acc))
 
 
-def difference_estimate(x: np.ndarray, y: np.ndarray, seed: int = 0, statistic: str = "iqm") -> Estimate:
+def difference_estimate(x: np.ndarray, y: np.ndarray, seed: int = 0, statistic: Statistic = IQM) -> Estimate:
     """The difference of two independent cells' statistics (x − y) with a 95% interval, matched to
-    ``estimate``: statistic "iqm" with >= MIN_CONFIDENT_SEEDS seeds on both sides, IQM(x) − IQM(y) with a
-    two-sample percentile bootstrap (each side resampled independently, scipy); with >= 2 on both (or statistic
-    "mean" at any n >= 2), mean difference with Welch's t interval (flagged low-confidence below
-    MIN_CONFIDENT_SEEDS); else the point difference alone."""
+    ``estimate``: IQM with >= MIN_CONFIDENT_SEEDS seeds on both sides, IQM(x) − IQM(y) with a two-sample
+    percentile bootstrap (each side resampled independently, scipy); with >= 2 on both (or MEAN at any
+    n >= 2), mean difference with Welch's t interval (flagged low-confidence below MIN_CONFIDENT_SEEDS);
+    else the point difference alone."""
     x, y = (np.asarray(v, dtype=float) for v in (x, y))
     x, y = x[~np.isnan(x)], y[~np.isnan(y)]
     n = int(min(x.size, y.size))
     if n == 0:
-        return Estimate(float("nan"), float("nan"), float("nan"), 0, "mean", "none")
-    if n >= MIN_CONFIDENT_SEEDS and statistic == "iqm":
-        res = sps.bootstrap((x, y), lambda a, b, axis: iqm(a, axis=axis) - iqm(b, axis=axis), n_resamples=N_RESAMPLES,
-                            vectorized=True, confidence_level=CONFIDENCE, method="percentile",
-                            rng=np.random.default_rng(seed))
-        return Estimate(float(iqm(x) - iqm(y)), float(res.confidence_interval.low),
-                        float(res.confidence_interval.high), n, "IQM", "bootstrap")
-    point = float(x.mean() - y.mean())
+        return Estimate(float("nan"), float("nan"), float("nan"), 0, MEAN.label, "none")
     if n < 2:
-        return Estimate(point, float("nan"), float("nan"), n, "mean", "none")
-    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
-    se = float(np.sqrt(vx + vy))
-    dof = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1)) if se > 0 else 1.0
-    half = float(sps.t.ppf((1 + CONFIDENCE) / 2, dof)) * se
-    return Estimate(point, point - half, point + half, n, "mean", "t")
-
-
-EXACT_SPLITS = 20_000  # exact permutation test up to this many splits (8 vs 8 seeds: C(16, 8) = 12,870)
-PERMUTATIONS = 10_000  # random splits above it (seeded, the same for every pair of that size)
-
-
-@functools.lru_cache(maxsize=8)
-def _splits(n: int, k: int) -> tuple[np.ndarray, bool]:
-    """Splits of n pooled values into a first group of k, as a 0/1 matrix (S, n) for one matrix-vector
-    product per test, and whether it is every split (C(n, k) <= EXACT_SPLITS) or PERMUTATIONS random ones
-    (from a generator seeded with 0, so a report is reproducible)."""
-    if math.comb(n, k) <= EXACT_SPLITS:
-        idx = np.array(list(itertools.combinations(range(n), k)), dtype=np.int64).reshape(-1, k)
-    else:
-        idx = np.argsort(np.random.default_rng(0).random((PERMUTATIONS, n)), axis=1)[:, :k]
-    mask = np.zeros((idx.shape[0], n))
-    np.put_along_axis(mask, idx, 1.0, axis=1)
-    return mask, math.comb(n, k) <= EXACT_SPLITS
-
-
-def permutation_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided p-value of the difference of means of two independent samples by a permutation test:
-    the fraction of the ways to split the pooled values into groups of len(x) and len(y) whose mean
-    difference is at least as large in absolute value as the observed one. Exact when there are at most
-    ``EXACT_SPLITS`` splits (8 + 8 seeds: all 12,870, so the smallest p is 2/12,870 = 1.6e-4: the observed
-    split and its mirror), else over ``PERMUTATIONS`` random splits counted with the observed one
-    ((b + 1) / (R + 1), never 0). No normality assumption: the null is only that the labels are
-    exchangeable. NaN values are dropped; NaN when a side has no value."""
-    x, y = (np.asarray(v, dtype=float) for v in (x, y))
-    x, y = x[~np.isnan(x)], y[~np.isnan(y)]
-    if x.size == 0 or y.size == 0:
-        return float("nan")
-    pooled, k, n = np.r_[x, y], x.size, x.size + y.size
-    total = pooled.sum()
-    observed = abs(x.mean() - y.mean())
-    tol = 1e-12 * max(1.0, float(np.abs(pooled).max()))  # splits equal in exact arithmetic count as equal
-    splits, exact = _splits(n, k)
-    sums = splits @ pooled  # (S,) sum of the first group per split
-    hits = int(np.sum(np.abs(sums / k - (total - sums) / (n - k)) >= observed - tol))
-    return hits / splits.shape[0] if exact else (hits + 1) / (splits.shape[0] + 1)
-
-
-def smallest_permutation_p(k: int, m: int) -> float:
-    """The smallest p ``permutation_p`` can return for samples of k and m values (without ties): the observed
-    split alone, or with its mirror when k == m, among all C(k + m, k) splits (exact), or 1 / (R + 1) when
-    the splits are sampled. A table whose every pair's smallest p is above Holm's first threshold can resolve
-    nothing, whatever the data."""
-    n = k + m
-    if math.comb(n, k) > EXACT_SPLITS:
-        return 1.0 / (PERMUTATIONS + 1)
-    return (2 if k == m else 1) / math.comb(n, k)
-
-
-def holm(pvalues: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values (same order as ``pvalues``): the i-th smallest p times (m - i + 1),
-    made non-decreasing, capped at 1. A hypothesis is rejected at level a when its adjusted p <= a; this
-    controls the family-wise error rate at a for any dependence among the tests (Holm 1979)."""
-    p = np.asarray(pvalues, dtype=float)
-    if p.size == 0:
-        return p
-    order = np.argsort(p, kind="stable")
-    scaled = p[order] * (p.size - np.arange(p.size))
-    out = np.empty_like(p)
-    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
-    return out
-
-
-def kendall_tau(a: dict[str, float], b: dict[str, float]) -> tuple[float, int]:
-    """Kendall's tau-b between two rankings given as estimator -> value (higher is better), over the
-    estimators both name, and how many that is; NaN below 2 common estimators or when one side is constant.
-    tau-b counts ties (``scipy.stats.kendalltau``'s default), so tied cells neither agree nor disagree."""
-    common = sorted(set(a) & set(b))
-    if len(common) < 2:
-        return float("nan"), len(common)
-    x, y = np.array([a[k] for k in common], float), np.array([b[k] for k in common], float)
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan"), len(common)
-    return float(sps.kendalltau(x, y).statistic), len(common)
+        return Estimate(float(x.mean() - y.mean()), float("nan"), float("nan"), n, MEAN.label, "none")
+    s = statistic.at(n)
+    lo, hi = s.interval.difference(x, y, s.point, seed)
+    return Estimate(float(s.point(x) - s.point(y)), lo, hi, n, s.label, s.interval.method)

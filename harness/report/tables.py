@@ -199,7 +199,7 @@ def status_counts(statuses: pd.Series) -> str:
 
 
 def cell_table(cells_in: pd.DataFrame, keys: list[str], baseline: str, seed: int = 0,
-               statistic: str = "iqm") -> pd.DataFrame:
+               statistic: stats.Statistic = stats.IQM) -> pd.DataFrame:
     """One row per cell of ``cells_in`` (``expand_shared`` rows): the final-accuracy estimate and
     interval (``stats.estimate`` of ``statistic``), IQM/mean final, IQM best and AUC, collapse counts, median steps to
     collapse, PoI vs ``baseline`` in the same other-keys cell with its bootstrap CI, status counts and
@@ -336,7 +336,7 @@ class Analysis:
     baseline: str
     pairs: list[resolve.PairTest]  # every table's estimator pairs, tested (resolve.pair_tests)
     agreement: pd.DataFrame  # Kendall's tau between slices' rankings at the largest delay
-    statistic: str  # what a cell's value is (report.statistic: "iqm" or "mean"; stats.estimate)
+    statistic: stats.Statistic  # what a cell's value is (report.statistic names it; stats.estimate)
     unranked: str = ""  # why nothing is ranked (unranked_reason), "" when the leaderboard ranks
 
 
@@ -348,10 +348,11 @@ def analyse(res: SuiteResults) -> Analysis:
     trials["config"] = [config_label(r, other) if r["has_params"] else "" for r in trials.to_dict("records")]
     cell_trials["config"] = [config_label(r, other) for r in cell_trials.to_dict("records")]
     cell_trials["slice"] = [slice_label(r, other) for r in cell_trials.to_dict("records")]
+    statistic = stats.named(res.settings.statistic)
     cells = families.annotate(cell_table(cell_trials, res.param_keys, res.settings.baseline,
-                                         statistic=res.settings.statistic), res)
+                                         statistic=statistic), res)
     unranked = unranked_reason(res.suite.slice_of, cells)
     board, top_delay = leaderboard(cells, unranked)
     return Analysis(trials, cell_trials, scored, other, cells, board, top_delay, staleness_summary(trials),
                     res.settings.baseline, resolve.pair_tests(cell_trials), resolve.ranking_agreement(cells, top_delay),
-                    res.settings.statistic, unranked)
+                    statistic, unranked)

@@ -1,6 +1,6 @@
 """The verdicts of claims (c) and (d) of docs/claims.md from the LLM grids, as pre-registered there.
 
-    python scripts/claims_verdicts.py --eps results/claims-eps \
+    python -m studies.claims_verdicts --eps results/claims-eps \
         --g results/claims-g4 results/claims-g8 results/claims-g16 results/claims-g32
 
 Reads result files only (harness.report.load). Estimators are sorted into kinds by the family each trial
