@@ -92,8 +92,9 @@ def test_the_budget_holds_a_trainers_file_at_the_size_limit():
 def test_unpacked_archives_are_removed_on_sigterm_and_sighup(tmp_path, sig):
     suite = write_suite(tmp_path / "results", "sig", ("grpo",), (0,), (0,), steps=10)
     pack_suite(suite, tmp_path / "report" / "raw.tar.gz")
-    code = ("import sys, time; from pathlib import Path; from harness.store.archive import committed_results, "
-            "exit_on_signals; exit_on_signals()\nwith committed_results(Path(sys.argv[1])) as d:\n"
+    code = ("import signal, sys, time; from pathlib import Path; from harness.store.archive import committed_results, "
+            "exit_on_signals\nsignal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal, also when pytest runs under "
+            "nohup\nexit_on_signals()\nwith committed_results(Path(sys.argv[1])) as d:\n"
             "    print(d, flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "report")], stdout=subprocess.PIPE,
                             text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -147,6 +147,8 @@ def wandb_records(path: Path) -> list:
         if kind == 0 and length == 0:                 # zero padding at the end of a block
             pos += block - pos % block
             continue
+        if pos + 7 + length > len(data):             # a chunk the service is still writing: read it next time
+            break
         buf += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):                            # FULL or LAST chunk: a whole record
