@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import ConfigError
 from harness.registry import ENGINES, FORWARDS
 from harness.rollout import hf, lean, lean3  # noqa: F401  (each registers its forward)
 from harness.rollout.base import EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
@@ -92,13 +93,24 @@ def _in_process(model: torch.nn.Module, tokenizer, path: Path | None, settings: 
     return FORWARDS.get(settings.forward, "model.forward").engine(model, tokenizer)
 
 
-@ENGINES.register("vllm")
+@dataclass(frozen=True)
+class VLLMSettings:
+    """`engine: {vllm: {...}}` (stored as model.gpu_memory_utilization, its key before engines had settings)."""
+    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (on a GPU; unused on the CPU)
+
+    def validate(self, key: str) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"{key}.gpu_memory_utilization: a share of the GPU's memory, in (0, 1]; got "
+                              f"{self.gpu_memory_utilization}")
+
+
+@ENGINES.register("vllm", settings=VLLMSettings)
 def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int) -> RolloutEngine:
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
                          "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
     from harness.rollout.vllm_engine import VLLMEngine
-    engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.gpu_memory_utilization,
+    engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.own.gpu_memory_utilization,
                         seed=seed)
     engine.sync_weights(model, -1)          # start from the trainer's exact weights
     engine.version = 0

@@ -119,10 +119,11 @@ class Forward:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """What a rollout engine may be built from, besides the model: the run config's model section's values."""
+    """What a rollout engine may be built from, besides the model: the run config's forward, dtype and the
+    engine's own settings (the class registered with it: `engine: {name: {...}}`; None: it takes none)."""
     forward: str = "hf"
     dtype: str = "float32"
-    gpu_memory_utilization: float = 0.3
+    own: Any = None
 
 
 def sample_token(logits: torch.Tensor, temperature: float, gen: torch.Generator, done: torch.Tensor,

@@ -116,9 +116,10 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
     m, tc = cfg.model, cfg.train
     b = 2 if m.dtype == "bfloat16" else 4
     psi, nd = arch.params, tc.workers
-    zero = m.zero_stage if m.backend == "deepspeed" else 0
-    if m.backend == "deepspeed":
-        optimizer = 0 if m.zero_offload else (12 if b == 2 else 8) * psi / (nd if zero >= 1 else 1)
+    ds = cfg.backend.settings if cfg.backend.name == "deepspeed" else None
+    zero = ds.zero_stage if ds else 0
+    if ds:
+        optimizer = 0 if ds.zero_offload else (12 if b == 2 else 8) * psi / (nd if zero >= 1 else 1)
     else:
         optimizer = 2 * b * psi
     micro = tc.micro_batch_size or tc.prompts_per_step * cfg.group_size // nd
@@ -134,7 +135,7 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
              ("optimizer", optimizer), ("reference", b * psi if tc.kl_beta > 0 else 0),
              ("activations" + (" (checkpointed)" if m.gradient_checkpointing else ""), activations),
              (f"log-probs ({f'chunks of {chunk}' if chunk else 'full logits'})", logp),
-             ("vLLM", m.gpu_memory_utilization * card_gib * GIB if m.engine == "vllm" else 0),
+             ("vLLM", cfg.engine.settings.gpu_memory_utilization * card_gib * GIB if cfg.engine.name == "vllm" else 0),
              ("CUDA context", CONTEXT_GIB * GIB)]
     return Projection(tuple((name, value / GIB) for name, value in items), card_gib)
 
@@ -154,4 +155,4 @@ def suite_lines(suite, trials) -> tuple[list[str], str | None]:
         return lines, None
     return lines, (f"resources.gpu_memory_gib: trial {trial.trial_id} projects to {worst.line()}, over the card "
                    f"(harness/suite/memory.py); set model.gradient_checkpointing: true, a smaller "
-                   f"train.micro_batch_size or model.gpu_memory_utilization, or a larger card")
+                   f"train.micro_batch_size or engine.vllm.gpu_memory_utilization, or a larger card")

@@ -202,10 +202,10 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     if all(t.config.model.kind == "tiny" for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
         task = next(iter(tasks))
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
-        forwards = sorted({t.config.model.forward for t in trials})
+        forwards = sorted({t.config.forward.name for t in trials})
         pinned = _pinned_factor()
         scale = pinned / TINY_RESPONSES
-        step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
+        step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.forward.name == "lean" else 1)
                                  * t.config.train.prompts_per_step * t.config.group_size
                                  * _updates_factor(t.config.train) for t in trials)
         layouts = sorted({(t.config.train.passes, t.config.train.minibatches) for t in trials})
@@ -222,7 +222,7 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
 def _engine3(trials) -> bool:
     """Whether every trial runs a tiny base on engine 3 (lean3) on one task with a measured engine-3 figure."""
     tasks = {t.config.task.name for t in trials}
-    return (all(t.config.model.kind == "tiny" and t.config.model.forward == "lean3" for t in trials)
+    return (all(t.config.model.kind == "tiny" and t.config.forward.name == "lean3" for t in trials)
             and len(tasks) == 1 and next(iter(tasks)) in LEAN3_STEP_S)
 
 

@@ -1,0 +1,104 @@
+"""Components chosen by name with their own settings (harness/config/components.py): the old keys read
+into their places, the stored form in the old shape, and the refusals of what no component reads, each
+one line naming the fix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config.components import LEGACY, Choice
+from harness.config.dicts import from_dict, to_dict
+from harness.config.run import RunConfig, build_run_config
+from harness.errors import ConfigError
+from harness.registry import BACKENDS, ENGINES, SOURCES
+from harness.store import trialdir
+from harness.store.archive import committed_results
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/raw*.tar.gz"))
+
+
+def sha(config: dict) -> str:
+    return trialdir.config_sha256(to_dict(build_run_config(config)))
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=lambda p: p.name)
+def test_every_stored_config_reads_back_to_itself(report):
+    """Round trip: a committed trial's config.yaml, parsed with the old keys mapped, has the stored form
+    it was written with (train.updates_per_batch read as train.passes, as before)."""
+    with committed_results(report) as committed:
+        stored = [trialdir.upgraded(trialdir.read_config(p.parent)) for p in committed.glob(f"*/{trialdir.CONFIG}")]
+    assert stored
+    for config in stored:
+        assert to_dict(from_dict(RunConfig, config)) == config
+
+
+def test_a_component_block_hashes_as_the_old_keys_it_replaces():
+    new_old = [({"engine": {"vllm": {"gpu_memory_utilization": 0.35}}},
+                {"model": {"engine": "vllm", "gpu_memory_utilization": 0.35}}),
+               ({"backend": {"deepspeed": {"zero_stage": 2, "zero_offload": True}}},
+                {"model": {"backend": "deepspeed", "zero_stage": 2, "zero_offload": True}}),
+               ({"forward": "lean", "behavior_logp": "recompute"},
+                {"model": {"forward": "lean", "behavior_logp": "recompute"}}),
+               ({"staleness": {"async": {"max_staleness": 2}}}, {"async": {"max_staleness": 2}})]
+    for new, old in new_old:
+        assert sha(new) == sha(old), new
+    stored = to_dict(build_run_config(new_old[0][0]))
+    assert stored["model"]["engine"] == "vllm" and stored["model"]["gpu_memory_utilization"] == 0.35
+    assert "components" not in stored and "engine" not in stored
+    assert to_dict(build_run_config({"staleness": "async"}))["async"] == {"max_staleness": 1}
+    assert sha({"engine": "vllm"}) == sha({"engine": {"vllm": {"gpu_memory_utilization": 0.3}}})    # its default
+
+
+def test_the_settings_classes_default_to_the_old_keys_defaults():
+    """What a config of another component stored (LEGACY's default) is the component's own default, so a
+    config that names the component without settings keeps its identity."""
+    for legacy in LEGACY:
+        registry = {"engine": ENGINES, "backend": BACKENDS}[legacy.kind]
+        assert getattr(registry.settings(legacy.component)(), legacy.setting) == legacy.default, legacy
+    assert SOURCES.settings("async")().max_staleness == 1 and ENGINES.settings("hf") is None
+
+
+@pytest.mark.parametrize("config, says", [
+    ({"model": {"zero_stage": 3}}, "model.zero_stage: 3 is read by backend deepspeed only; remove it, or set backend: "
+                                   "{deepspeed: {zero_stage: 3}}"),
+    ({"model": {"backend": "torch", "zero_offload": True}}, "model.zero_offload: True is read by backend deepspeed only"),
+    ({"model": {"engine": "hf", "gpu_memory_utilization": 0.5}}, "model.gpu_memory_utilization: 0.5 is read by engine "
+                                                                 "vllm only; remove it, or set engine: {vllm: "
+                                                                 "{gpu_memory_utilization: 0.5}}"),
+    ({"engine": "vllm", "model": {"engine": "vllm"}}, "model.engine and engine: one setting written under its old key "
+                                                      "and its new one; keep engine"),
+    ({"engine": {"vllm": {"gpu_memory_utilization": 0.5}}, "model": {"gpu_memory_utilization": 0.4}},
+     "model.gpu_memory_utilization and engine.vllm.gpu_memory_utilization: one setting written under its old key "
+     "and its new one; keep engine.vllm.gpu_memory_utilization"),
+    ({"async": {"max_staleness": 2}, "staleness": "async"}, "async and staleness: one setting written under its old "
+                                                            "key and its new one; keep staleness"),
+    ({"backend": {"torch": {"zero_stage": 3}}}, "backend.torch: takes no settings; remove the mapping (backend: torch)"),
+    ({"engine": {"hf": {}}, "forward": {"lean": {"x": 1}}}, "forward.lean: takes no settings; remove the mapping"),
+    ({"backend": {"deepspeed": {"zero_stage": 5}}}, "backend.deepspeed.zero_stage: must be 0, 1, 2 or 3; got 5"),
+    ({"engine": {"vllm": {"gpu_memory_utilization": 1.5}}}, "engine.vllm.gpu_memory_utilization: a share of the GPU's "
+                                                            "memory, in (0, 1]; got 1.5"),
+    ({"engine": {"vllm": {"gpu_memory": 0.5}}}, "engine.vllm.gpu_memory: unknown key; valid keys: "
+                                                "gpu_memory_utilization"),
+    ({"engine": {"hf": {}, "vllm": {}}}, "base.engine: a rollout engine's name, or a mapping of one name to its "
+                                         "settings"),
+    ({"engine": None}, "base.engine: a rollout engine's name"),
+    ({"engine": "nope"}, "engine: 'nope' is not valid; choose one of hf, vllm"),
+    ({"components": {"engine": {"vllm": {"gpu_memory_utilization": 0.5}}}},
+     "components.engine.vllm.gpu_memory_utilization: a setting of engine vllm, which is not the chosen engine; "
+     "remove it, or set engine: vllm"),
+])
+def test_what_no_chosen_component_reads_is_refused_in_one_line(config, says):
+    with pytest.raises(ConfigError) as err:
+        build_run_config(config)
+    assert str(err.value).startswith(says) and "\n" not in str(err.value)
+
+
+def test_an_old_key_at_its_old_default_is_dropped_silently_and_old_overrides_still_apply():
+    stored_shape = {"model": {"engine": "hf", "backend": "torch", "zero_stage": 0, "zero_offload": False,
+                              "gpu_memory_utilization": 0.3}}
+    assert sha(stored_shape) == sha({})
+    cfg = build_run_config({}, {"model.engine": "vllm", "model.gpu_memory_utilization": 0.4})    # --set, a grid
+    assert cfg.engine == Choice("vllm", "engine", {"gpu_memory_utilization": 0.4})
+    assert cfg.engine.settings.gpu_memory_utilization == 0.4
