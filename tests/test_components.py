@@ -102,3 +102,73 @@ def test_an_old_key_at_its_old_default_is_dropped_silently_and_old_overrides_sti
     cfg = build_run_config({}, {"model.engine": "vllm", "model.gpu_memory_utilization": 0.4})    # --set, a grid
     assert cfg.engine == Choice("vllm", "engine", {"gpu_memory_utilization": 0.4})
     assert cfg.engine.settings.gpu_memory_utilization == 0.4
+
+
+# ---------------------------------------------------------------- capabilities, asked instead of names
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """Plugin components with the other answer to each capability than the built-in of the same role."""
+    from harness.registry import FORWARDS
+    from harness.rollout.base import Engine, Forward
+    from harness.trial.backends import TorchBackend
+
+    hf, lean = FORWARDS.get("hf"), FORWARDS.get("lean")
+    inproc = ENGINES.get("hf").build
+    for registry, extra in ((ENGINES, {"sampler": Engine(inproc, in_process=True, supports_mismatch=True,
+                                                         multi_worker=True),
+                                       "remote": inproc}),                 # a plain factory declares nothing
+                            (BACKENDS, {"ownstep": type("OwnStep", (TorchBackend,), {}),
+                                        "opaque": type("Opaque", (TorchBackend,), {"custom_forward": False})}),
+                            (FORWARDS, {"mine": Forward(hf.response_logits, hf.engine),
+                                        "mine_fused": Forward(hf.response_logits, hf.engine, fused_adamw=True),
+                                        "mine_switching": Forward(lean.response_logits, lean.engine, engine_version=2,
+                                                                  switches_weights=True),
+                                        "mine_ckpt": Forward(hf.response_logits, hf.engine, checkpointing=True)})):
+        registry.names()
+        monkeypatch.setattr(registry, "_entries", {**registry._entries, **extra})
+
+
+def refusal(config: dict) -> str | None:
+    try:
+        build_run_config(config)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return str(exc)
+    return None
+
+
+def test_an_engine_declares_in_process_supports_mismatch_and_multi_worker(plugins, tiny_base):
+    lean_on = {"forward": "lean"}
+    assert refusal({**lean_on, "engine": "sampler"}) is None
+    assert refusal({**lean_on, "engine": "remote"}).startswith("forward: 'lean' is written for Qwen3 models like the "
+                                                               "tiny bases, in float32 with an in-process engine")
+    assert refusal({"engine": "sampler", "mismatch": {}}) is None
+    assert refusal({"engine": "remote", "mismatch": {}}).startswith("mismatch: the mismatched engine stands in for an "
+                                                                    "in-process engine (hf), not 'remote'")
+    workers = {"train": {"workers": 2, "prompts_per_step": 16}}
+    assert refusal({**workers, "engine": "sampler"}) is None
+    assert refusal({**workers, "engine": "remote"}).startswith("train.workers: engine 'remote' is not supported with "
+                                                               "several workers")
+
+
+def test_a_backend_declares_whether_it_runs_the_configured_forward(plugins):
+    assert refusal({"forward": "lean", "backend": "ownstep"}) is None
+    assert refusal({"forward": "lean", "backend": "opaque"}).endswith("backend 'opaque'")
+
+
+def test_a_forward_declares_fused_adamw_switching_and_checkpointing(plugins, tiny_base):
+    import torch
+    from harness.trial.backends import make_backend
+
+    model = torch.nn.Linear(2, 2)
+    fused = [make_backend(model, build_run_config({"forward": f}), micro_batches=1).opt.defaults["fused"]
+             for f in ("mine", "mine_fused")]
+    assert fused == [None, True]
+    inflight = {"inflight": {}, "delay": 2, "train": {"max_new_tokens": 8}}
+    assert refusal({**inflight, "forward": "mine_switching"}) is None
+    assert refusal({**inflight, "forward": "mine"}).startswith("inflight: needs an engine that switches weights "
+                                                              "mid-response")
+    assert refusal({"forward": "mine_ckpt", "model": {"gradient_checkpointing": True}}) is None
+    assert refusal({"forward": "mine", "model": {"gradient_checkpointing": True}}).startswith(
+        "model.gradient_checkpointing: checkpoints transformers' layers, which forward 'mine' does not run")

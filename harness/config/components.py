@@ -107,6 +107,12 @@ def component(kind: str, default: str | None) -> Any:
         field(default_factory=lambda: Choice(default, kind), metadata=parse)
 
 
+def can(choice: Choice, capability: str) -> bool:
+    """Whether the chosen component declares `capability` (an attribute of its registry entry: rollout/base.py
+    Forward and Engine, a backend's class); one that does not declare it lacks it."""
+    return bool(getattr(choice.registry.get(choice.name, choice.kind), capability, False))
+
+
 def source_of(cfg: Any) -> Any:
     """The staleness source that serves run config `cfg`: the one it names (staleness:), else the last
     registered one that claims it (the delay law's: exact, mixed, in-flight)."""

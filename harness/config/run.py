@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from harness.config.delays import DelayDistribution
 from harness.config.inflight import InflightConfig
-from harness.config.components import Choice, component, current, stored_dict
+from harness.config.components import Choice, can, component, current, stored_dict
 from harness.config.dicts import NEW_SETTING, from_dict, set_dotted, to_dict, yaml_name
 from harness.errors import ConfigError
 from harness.registry import FORWARDS
@@ -315,19 +315,19 @@ class RunConfig:
         """The rules that involve several components (each one's own settings validate themselves)."""
         _choice("behavior_logp", self.behavior_logp, ("engine", "recompute"))
         forward, engine, backend, dtype = self.forward.name, self.engine.name, self.backend.name, self.model.dtype
-        if FORWARDS.get(forward, "forward").tiny_qwen3_only and (engine != "hf" or backend != "torch" or
-                                                                  dtype != "float32"):
+        if can(self.forward, "tiny_qwen3_only") and not (can(self.engine, "in_process") and dtype == "float32"
+                                                         and can(self.backend, "custom_forward")):
             # kind: path is fine (build-base's probe of a candidate): a model the lean forward does not support
             # (not a dense Qwen3, ...) is refused with the same fix when the trial builds it (rollout/lean.py)
             raise ConfigError(f"forward: {forward!r} is written for Qwen3 models like the tiny bases, in float32 "
-                              f"with engine hf and backend torch; set forward: hf for dtype {dtype!r}, engine "
-                              f"{engine!r}, backend {backend!r}")
-        if self.model.gradient_checkpointing and forward != "hf":
+                              f"with an in-process engine (hf) and a backend that runs it (torch); set forward: hf "
+                              f"for dtype {dtype!r}, engine {engine!r}, backend {backend!r}")
+        if self.model.gradient_checkpointing and not can(self.forward, "checkpointing"):
             raise ConfigError(f"model.gradient_checkpointing: checkpoints transformers' layers, which forward "
                               f"{forward!r} does not run; set forward: hf or remove gradient_checkpointing")
-        if self.mismatch is not None and engine != "hf":
-            raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use "
-                              "engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
+        if self.mismatch is not None and not can(self.engine, "supports_mismatch"):
+            raise ConfigError(f"mismatch: the mismatched engine stands in for an in-process engine (hf), not "
+                              f"{engine!r}; use engine hf (vLLM's own gap is logged as is/engine_gap_max)")
 
     def _validate_inflight(self) -> None:
         if isinstance(self.delay, DelayDistribution) or self.staleness is not None:
@@ -339,7 +339,7 @@ class RunConfig:
     def _validate_switching(self, what: str) -> None:
         """What responses generated under several versions need: an engine that switches weights between
         two decoding steps (the lean engines), in one process, without the mismatched engine."""
-        if self.forward.name not in ("lean", "lean3") or self.engine.name != "hf":
+        if not (can(self.forward, "switches_weights") and can(self.engine, "in_process")):
             raise ConfigError(f"{what} an engine that switches weights mid-response: set forward: lean "
                               f"(the tiny Qwen3 bases) and engine: hf")
         if self.mismatch is not None or self.train.workers > 1:
@@ -351,7 +351,7 @@ class RunConfig:
         refusals = [
             (getattr(self.backend.settings, "zero_stage", 0) > 2, "ZeRO-3 partitions the parameters, which each "
              "worker's own rollouts and rank 0's evaluation cannot use; set backend.deepspeed.zero_stage 0, 1 or 2"),
-            (self.engine.name != "hf", f"engine {self.engine.name!r} is not supported with several workers yet (each "
+            (not can(self.engine, "multi_worker"), f"engine {self.engine.name!r} is not supported with several workers yet (each "
                                        f"worker would start its own engine inside the Train process group); use hf"),
             (self.staleness is not None, f"staleness source {getattr(self.staleness, 'name', '')!r} is not supported "
                                          f"with several workers (a producer thread would share the workers' "

@@ -24,7 +24,7 @@ import torch
 from harness.errors import ConfigError
 from harness.registry import ENGINES, FORWARDS
 from harness.rollout import hf, lean, lean3  # noqa: F401  (each registers its forward)
-from harness.rollout.base import EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
+from harness.rollout.base import Engine, EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
 from harness.rollout.hf import HFEngine
 from harness.rollout.logp import chunk_tokens, chunked_token_logp
 
@@ -86,11 +86,13 @@ def token_logp_of(forward: str, logp_chunk_tokens: int = 0) -> TokenLogp:
     return TokenLogp(FORWARDS.get(forward, "model.forward"), logp_chunk_tokens)
 
 
-@ENGINES.register("hf")
 def _in_process(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int
                 ) -> RolloutEngine:
     """The configured forward's sampler, on the trainer's own weights."""
-    return FORWARDS.get(settings.forward, "model.forward").engine(model, tokenizer)
+    return FORWARDS.get(settings.forward, "forward").engine(model, tokenizer)
+
+
+ENGINES.register("hf")(Engine(_in_process, in_process=True, supports_mismatch=True, multi_worker=True))
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,6 @@ class VLLMSettings:
                               f"{self.gpu_memory_utilization}")
 
 
-@ENGINES.register("vllm", settings=VLLMSettings)
 def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int) -> RolloutEngine:
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
@@ -115,3 +116,6 @@ def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: Engine
     engine.sync_weights(model, -1)          # start from the trainer's exact weights
     engine.version = 0
     return engine
+
+
+ENGINES.register("vllm", settings=VLLMSettings)(Engine(_vllm))     # its own copy of the weights, in this process

@@ -113,8 +113,26 @@ class Forward:
     response_hidden: ResponseHidden = no_hidden
     engine_version: int = 1                 # the trial's engine version (trial/numerics.py record, trial/backends.py):
                                             # 1 transformers, 2 the lean forward, 3 lean3 (own float path, fused AdamW)
-    tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, engine hf,
-                                            # backend torch (the run config refuses the rest in one line)
+    tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, an in-process
+                                            # engine, a backend that runs it (the run config refuses the rest)
+    fused_adamw: bool = False               # its optimizer is torch's fused AdamW (trial/backends.py; lean3)
+    switches_weights: bool = False          # its sampler switches weights between two decoding steps (in-flight
+                                            # updates, traces of several segments: the lean engines)
+    checkpointing: bool = False             # runs transformers' layers, which model.gradient_checkpointing wraps
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A rollout engine's registry entry (ENGINES): its factory and what it can do, which the run config's rules
+    ask (config/components.py `can`). A plain factory registered as an engine declares nothing (all False)."""
+    build: Callable[..., RolloutEngine]     # (model, tokenizer, path, settings: EngineSettings, seed) -> engine
+    in_process: bool = False                # samples with the configured forward on the trainer's own weights
+    supports_mismatch: bool = False         # the mismatched engine (rollout/mismatch.py) can stand in for it
+    multi_worker: bool = False              # each data-parallel worker can run its own (docs/workers.md)
+
+    def __call__(self, model: torch.nn.Module, tokenizer: Any, path: Any, settings: EngineSettings,
+                 seed: int) -> RolloutEngine:
+        return self.build(model, tokenizer, path, settings, seed)
 
 
 @dataclass(frozen=True)

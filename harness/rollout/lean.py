@@ -370,4 +370,4 @@ class LeanEngine:
 
 
 FORWARDS.register("lean")(Forward(response_logits, LeanEngine, response_hidden, engine_version=2,
-                                  tiny_qwen3_only=True))
+                                  tiny_qwen3_only=True, switches_weights=True))

@@ -118,4 +118,4 @@ def engine(model: torch.nn.Module, tokenizer) -> LeanEngine:
 
 
 FORWARDS.register("lean3")(Forward(response_logits, engine, response_hidden, engine_version=3,
-                                   tiny_qwen3_only=True))
+                                   tiny_qwen3_only=True, fused_adamw=True, switches_weights=True))

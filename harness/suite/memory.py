@@ -116,10 +116,10 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
     m, tc = cfg.model, cfg.train
     b = 2 if m.dtype == "bfloat16" else 4
     psi, nd = arch.params, tc.workers
-    ds = cfg.backend.settings if cfg.backend.name == "deepspeed" else None
-    zero = ds.zero_stage if ds else 0
-    if ds:
-        optimizer = 0 if ds.zero_offload else (12 if b == 2 else 8) * psi / (nd if zero >= 1 else 1)
+    zero_backend = cfg.backend.settings                     # a ZeRO backend's settings (deepspeed), else None
+    zero = getattr(zero_backend, "zero_stage", 0)
+    if hasattr(zero_backend, "zero_stage"):
+        optimizer = 0 if zero_backend.zero_offload else (12 if b == 2 else 8) * psi / (nd if zero >= 1 else 1)
     else:
         optimizer = 2 * b * psi
     micro = tc.micro_batch_size or tc.prompts_per_step * cfg.group_size // nd
@@ -135,7 +135,7 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
              ("optimizer", optimizer), ("reference", b * psi if tc.kl_beta > 0 else 0),
              ("activations" + (" (checkpointed)" if m.gradient_checkpointing else ""), activations),
              (f"log-probs ({f'chunks of {chunk}' if chunk else 'full logits'})", logp),
-             ("vLLM", cfg.engine.settings.gpu_memory_utilization * card_gib * GIB if cfg.engine.name == "vllm" else 0),
+             ("vLLM", getattr(cfg.engine.settings, "gpu_memory_utilization", 0) * card_gib * GIB),
              ("CUDA context", CONTEXT_GIB * GIB)]
     return Projection(tuple((name, value / GIB) for name, value in items), card_gib)
 

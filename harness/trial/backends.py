@@ -26,15 +26,16 @@ import torch
 from harness.errors import ConfigError
 from harness.registry import BACKENDS
 from harness.store.safewrite import open_atomic
+from harness.config.components import can
 from harness.config.run import RunConfig
 from harness.trial.world import Group, Solo
 
 
 def _adamw(params, cfg: RunConfig) -> torch.optim.Optimizer:
-    """torch's AdamW; on engine version 3 its fused CPU kernel, whose square root is ATen's correctly rounded one
+    """torch's AdamW; for a forward that asks for it (lean3) its fused CPU kernel, whose square root is ATen's correctly rounded one
     (MKL's, in the per-tensor loop, is not, and differs between CPU vendors: docs/reproducibility.md §5)."""
     tc = cfg.train
-    fused = {"fused": True} if cfg.engine_version >= 3 else {}      # v1 and v2 keep the call they were made with
+    fused = {"fused": True} if can(cfg.forward, "fused_adamw") else {}   # v1 and v2 keep the call they were made with
     return torch.optim.AdamW(params, lr=tc.lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay, **fused)
 
 
@@ -61,6 +62,8 @@ def load_checkpoint(path: Path) -> dict:
 
 @BACKENDS.register("torch")
 class TorchBackend:
+    custom_forward = True          # runs the configured forward itself (the lean forwards need it)
+
     def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int, world: Solo | Group = Solo()):
         self.model = self.module = model
         self.world = world
