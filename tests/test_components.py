@@ -172,3 +172,23 @@ def test_a_forward_declares_fused_adamw_switching_and_checkpointing(plugins, tin
     assert refusal({"forward": "mine_ckpt", "model": {"gradient_checkpointing": True}}) is None
     assert refusal({"forward": "mine", "model": {"gradient_checkpointing": True}}).startswith(
         "model.gradient_checkpointing: checkpoints transformers' layers, which forward 'mine' does not run")
+
+
+def test_the_dry_run_asks_the_forward_for_its_speedup_and_its_own_figures(plugins, tmp_path):
+    """plan.py keyed by no forward's name: a plugin forward with lean's speed-up is costed as lean is, one with
+    its own measured figures by them, one with neither as the transformers forward."""
+    from types import SimpleNamespace
+
+    from harness.registry import FORWARDS
+    from harness.rollout.base import Forward
+    from harness.suite.plan import TINY_STEP_S, _step_seconds
+
+    hf = FORWARDS.get("hf")
+    FORWARDS._entries.update(fast=Forward(hf.response_logits, hf.engine, speedup={"cumsum": 2.0}),
+                             timed=Forward(hf.response_logits, hf.engine, engine_version=7, step_s={"cumsum": 0.5}))
+    base = {"model": {"base": "tiny-cumsum-v2a"}, "task": {"name": "cumsum"}, "train": {"prompts_per_step": 16}}
+    cost = {f: _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=build_run_config({**base, "forward": f}))])
+            for f in ("hf", "mine", "fast", "timed")}
+    assert cost["hf"][0] == cost["mine"][0] == pytest.approx(2 * cost["fast"][0])      # 16 x 8 = 128 responses
+    assert " x 0.50 for the fast forward" in cost["fast"][1] and "forward" not in cost["mine"][1].split(")")[-1]
+    assert cost["timed"][0] == 0.5 and "on engine 7" in cost["timed"][1] and TINY_STEP_S["cumsum"] == 0.371

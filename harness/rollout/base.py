@@ -1,8 +1,8 @@
 """The rollout engine interface."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Mapping, Protocol
 
 import torch
 
@@ -119,6 +119,12 @@ class Forward:
     switches_weights: bool = False          # its sampler switches weights between two decoding steps (in-flight
                                             # updates, traces of several segments: the lean engines)
     checkpointing: bool = False             # runs transformers' layers, which model.gradient_checkpointing wraps
+    # The dry run's estimate on the tiny bases (suite/plan.py; where each figure was measured: benchmarks/README.md,
+    # "Projection constants (plan.py)"), per task: its speed-up over the transformers forward's step, or its own
+    # measured s per 128-response step of one update and per evaluation, which take precedence.
+    speedup: Mapping[str, float] = field(default_factory=dict)
+    step_s: Mapping[str, float] = field(default_factory=dict)
+    eval_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
