@@ -117,6 +117,8 @@ def claimant(registry: Registry[T], subject: Any) -> T:
 
 # tasks/registry.py TaskEntry: a problem source with rewards (addrev, cumsum, the benchmarks)
 TASKS: Registry[Any] = Registry("task")
+# bases/sources.py ModelSource: the kind of starting model (model.kind): tiny (a frozen base), path (a local dir)
+MODELS: Registry[Any] = Registry("model kind")
 # rollout/base.py Forward: the model's forward (trainer log-probs and the sampler over it): hf, lean, lean3
 FORWARDS: Registry[Any] = Registry("model forward")
 # rollout/__init__.py _in_process: the rollout engine that samples the batches (a factory): hf, vllm

@@ -192,3 +192,29 @@ def test_the_dry_run_asks_the_forward_for_its_speedup_and_its_own_figures(plugin
     assert cost["hf"][0] == cost["mine"][0] == pytest.approx(2 * cost["fast"][0])      # 16 x 8 = 128 responses
     assert " x 0.50 for the fast forward" in cost["fast"][1] and "forward" not in cost["mine"][1].split(")")[-1]
     assert cost["timed"][0] == 0.5 and "on engine 7" in cost["timed"][1] and TINY_STEP_S["cumsum"] == 0.371
+
+
+def test_a_model_kind_is_asked_for_its_settings_identity_eval_set_and_cost(monkeypatch, tmp_path):
+    """No kind name outside bases/sources.py: a plugin kind of starting model validates its own settings, names
+    its checkpoint and is costed by what it declares."""
+    from types import SimpleNamespace
+
+    from harness.bases import base_identity
+    from harness.bases.sources import ModelSource
+    from harness.registry import MODELS
+    from harness.suite.plan import _step_seconds
+
+    def needs_path(model, key):
+        if model.path is None:
+            raise ConfigError(f"{key}.path: the zoo's model name; set it")
+
+    MODELS.names()
+    zoo = ModelSource(needs_path, lambda model: (tmp_path, {"name": f"zoo:{model.path}", "sha256": "0" * 64}))
+    monkeypatch.setattr(MODELS, "_entries", {**MODELS._entries, "zoo": zoo})
+    assert refusal({"model": {"kind": "zoo"}}) == "model.path: the zoo's model name; set it"
+    assert refusal({"model": {"kind": "nope"}}) == "model.kind: 'nope' is not valid; choose one of tiny, path, zoo"
+    cfg = build_run_config({"model": {"kind": "zoo", "path": "m1"}, "task": {"name": "cumsum"}})
+    assert base_identity(cfg.model) == (tmp_path, {"name": "zoo:m1", "sha256": "0" * 64})
+    assert _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=cfg)]) == (None, "")   # not measured
+    tiny = build_run_config({"model": {"base": "tiny-cumsum-v2a"}, "task": {"name": "cumsum"}})
+    assert _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=tiny)])[0] > 0          # measured

@@ -20,7 +20,7 @@ from harness.config.inflight import InflightConfig
 from harness.config.components import Choice, can, component, current, stored_dict
 from harness.config.dicts import NEW_SETTING, from_dict, set_dotted, to_dict, yaml_name
 from harness.errors import ConfigError
-from harness.registry import FORWARDS
+from harness.registry import FORWARDS, MODELS
 from harness.config.trace import read_trace, trace_sha256
 from harness.config.lab import LabConfig
 from harness.store.untrusted import short
@@ -66,17 +66,12 @@ class ModelConfig:
                                            # layer in the backward instead of keeping its activations (forward hf)
 
     def validate(self, key: str) -> None:
-        _choice(f"{key}.kind", self.kind, ("tiny", "path"))
-        if self.kind == "path" and not self.path:
-            raise ConfigError(f"{key}.path: required when {key}.kind is 'path' (a local model directory)")
+        MODELS.get(self.kind, f"{key}.kind").validate(self, key)      # its own settings (bases/sources.py)
         _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
         if self.logp_chunk_tokens < -1:
             raise ConfigError(f"{key}.logp_chunk_tokens: tokens per chunk (> 0), 0 (auto: chunked for a large "
                               f"vocabulary) or -1 (full logits); got {self.logp_chunk_tokens}")
-        if self.kind == "tiny":
-            from harness.bases import base_names
-            _choice(f"{key}.base", self.base, base_names())
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.registry import MODELS
+
 GIB = 2**30
 PROMPT_TOKENS = 256          # prompt tokens assumed per response (plan.PROMPT_TOKENS_ASSUMED)
 CONTEXT_GIB = 1.0            # the CUDA context and cuBLAS workspaces, assumed
@@ -143,7 +145,7 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
 def suite_lines(suite, trials) -> tuple[list[str], str | None]:
     """For a suite of local models on GPUs: the projection of its largest trial, and the one-line refusal
     when that exceeds resources.gpu_memory_gib (None when it fits or cannot be projected)."""
-    if not trials or trials[0].config.model.kind != "path" or not suite.resources.gpu:
+    if not trials or not MODELS.get(trials[0].config.model.kind).gpu_projection or not suite.resources.gpu:
         return [], None
     arch, where = architecture(trials[0].config.model.path)
     if arch is None:

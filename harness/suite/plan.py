@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.registry import FORWARDS
+from harness.registry import FORWARDS, MODELS
 from harness.store import trialdir
 from harness.suite import memory
 from harness.trial import numerics
@@ -108,7 +108,7 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
                          f" + {evals} evaluations x {eval_s:.1f} s / {parallel} ~ {evals * eval_s / parallel / 60:.0f} min "
                          f"of evaluation = {train_min + evals * eval_s / parallel / 60:.0f} min" if eval_s else
                          " (evaluation not included)"))
-    if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
+    if todo and _model(todo[0]).gpu_projection and suite.resources.gpu:
         lines.append(gpu_projection(todo, suite.resources.gpu))
     return lines + memory.suite_lines(suite, trials)[0]
 
@@ -138,7 +138,7 @@ def _projection(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root
     step_s, source = _step_seconds(trial_root, trials)
     evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
     eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
-              if trials[0].config.model.kind == "tiny" else 0.0)
+              if _model(trials[0]).measured else 0.0)
     if (own := _own_figures(trials)) is not None:
         eval_s = own.eval_s[trials[0].config.task.name]
     return steps, step_s, source, parallel, evals, eval_s
@@ -193,7 +193,7 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
         return step_s, (f"the measured {own.step_s[task]} s per {TINY_RESPONSES}-response {task} step of one "
                         f"update on engine {own.engine_version} (2-core AMD EPYC, two trials side by side), scaled "
                         f"to this suite's responses and updates per step")
-    if all(t.config.model.kind == "tiny" for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
+    if all(_model(t).measured for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
         task = next(iter(tasks))
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
         speedups = {t.config.forward.name: FORWARDS.get(t.config.forward.name).speedup.get(task, 1.0) for t in trials}
@@ -214,12 +214,17 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     return None, ""
 
 
+def _model(trial):
+    """The trial's kind of starting model (bases/sources.py): what the dry run may cost it by."""
+    return MODELS.get(trial.config.model.kind, "model.kind")
+
+
 def _own_figures(trials):
     """The forward whose own measured figures (Forward.step_s, eval_s) cost the trials: every trial runs a tiny
     base with it on one task it has figures for (lean3 on cumsum-long); else None."""
     tasks = {t.config.task.name for t in trials}
     forwards = {t.config.forward.name for t in trials}
-    if len(forwards) != 1 or len(tasks) != 1 or not all(t.config.model.kind == "tiny" for t in trials):
+    if len(forwards) != 1 or len(tasks) != 1 or not all(_model(t).measured for t in trials):
         return None
     forward = FORWARDS.get(forwards.pop())
     return forward if next(iter(tasks)) in forward.step_s else None

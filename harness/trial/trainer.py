@@ -20,8 +20,9 @@ from algorithms import LossInputs, aggregate, compute_loss, group_advantages, pr
 from algorithms.proximal import interpolate_proximal
 
 from harness.config.components import source_of
+from harness.registry import MODELS
 from harness.bases import base_identity
-from harness.bases.models import check_eval_set, load_model, problems_sha256
+from harness.bases.models import load_model, problems_sha256
 from harness.rollout import EngineSettings, make_engine, token_logp_of
 from harness.rollout.base import Rollout
 from harness.rollout.hf import enable_checkpointing
@@ -62,8 +63,8 @@ class Trainer:
         self.eval_problems = self.task.problems(EVAL_SPLITS[cfg.eval.split],
                                                 cfg.eval.size or (cfg.task.eval_size if test else None), 0)
         self.eval_set_sha256 = problems_sha256(self.eval_problems)
-        if cfg.model.kind == "tiny" and test:
-            check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
+        if test:                                  # the frozen base's fixed eval set, where it has one
+            MODELS.get(cfg.model.kind).check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
         B = tc.prompts_per_step * cfg.group_size
         self.world = world_for(tc.workers)        # this process and its rows of each step (world.py)
         own = self.world.rows(B)
