@@ -218,3 +218,40 @@ def test_a_model_kind_is_asked_for_its_settings_identity_eval_set_and_cost(monke
     assert _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=cfg)]) == (None, "")   # not measured
     tiny = build_run_config({"model": {"base": "tiny-cumsum-v2a"}, "task": {"name": "cumsum"}})
     assert _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=tiny)])[0] > 0          # measured
+
+
+def test_vllm_and_deepspeed_are_built_from_their_own_settings(monkeypatch):
+    """Neither is installed here: stand-ins record what the registered components pass them."""
+    import importlib.util
+    import sys
+    import types
+
+    import torch
+    from harness.rollout import EngineSettings, make_engine
+    from harness.trial.backends import make_backend
+
+    seen = {}
+
+    class FakeVLLM:
+        def __init__(self, path, tokenizer, dtype, gpu_memory_utilization, seed):
+            seen["gpu_memory_utilization"] = gpu_memory_utilization
+
+        def sync_weights(self, model, version):
+            pass
+
+    def initialize(model, optimizer, config):
+        seen["zero_optimization"] = config["zero_optimization"]
+        return types.SimpleNamespace(module=model), optimizer, None, None
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
+    monkeypatch.setitem(sys.modules, "harness.rollout.vllm_engine", types.SimpleNamespace(VLLMEngine=FakeVLLM))
+    monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace(init_distributed=lambda **k: None,
+                                                                         initialize=initialize))
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0")
+    cfg = build_run_config({"engine": {"vllm": {"gpu_memory_utilization": 0.35}},
+                            "backend": {"deepspeed": {"zero_stage": 2, "zero_offload": True}}})
+    make_engine(cfg.engine.name, None, None, None, EngineSettings(cfg.forward.name, cfg.model.dtype, cfg.engine.settings))
+    make_backend(torch.nn.Linear(2, 2), cfg, micro_batches=1)
+    assert seen == {"gpu_memory_utilization": 0.35, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}

@@ -2,9 +2,9 @@
 
     engine.generate(prompts, n=G, temperature=1.0, max_new_tokens=8, seed=s) -> Rollout
 
-A forward (`model.forward`) is the trainer's logits of response tokens and the sampler over the same
+A forward (`forward:`) is the trainer's logits of response tokens and the sampler over the same
 arithmetic: `hf` (transformers, KV-cached; hf.py) and `lean` (the tiny Qwen3 bases' lean forward; lean.py).
-An engine (`model.engine`) samples the batches: `hf` runs the configured forward's sampler in the trainer's
+An engine (`engine:`) samples the batches: `hf` runs the configured forward's sampler in the trainer's
 process on the trainer's weights; `vllm` (extra `gpu` on a CUDA machine, or the CPU side environment of
 scripts/setup_vllm_cpu.sh; docs/vllm.md) holds its own copy and is imported only when a config asks for it.
 A new forward or engine is one module that registers itself, imported below.

@@ -105,8 +105,8 @@ def no_hidden(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) 
 
 @dataclass(frozen=True)
 class Forward:
-    """A model forward (`model.forward`, registry FORWARDS): the trainer's logits of response tokens, the
-    engine that samples with the same forward (model.engine: hf), and the hidden states and head behind the
+    """A model forward (`forward:`, registry FORWARDS): the trainer's logits of response tokens, the
+    engine that samples with the same forward (engine: hf), and the hidden states and head behind the
     logits, which the chunked log-probs take through the head a chunk of tokens at a time (rollout/logp.py)."""
     response_logits: ResponseLogits
     engine: Callable[[torch.nn.Module, Any], RolloutEngine]          # (model, tokenizer) -> engine
