@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.bases import BASES_DIR, MANIFEST, BaseModelError, base_names, sha256_file, verify_base
+from harness import bases                 # bases.BASES_DIR read at each use (a test may point it elsewhere)
+from harness.bases import MANIFEST, BaseModelError, base_names, sha256_file, verify_base
 from harness.errors import ConfigError
 from harness.registry import MODELS
 
@@ -38,7 +39,7 @@ def _tiny_validate(model: Any, key: str) -> None:
 
 
 def _tiny_identity(model: Any) -> tuple[Path, dict]:
-    path = BASES_DIR / model.base
+    path = bases.BASES_DIR / model.base
     if not (path / MANIFEST).is_file():
         raise BaseModelError(f"model.base: no frozen base {model.base!r}; shipped: {', '.join(base_names()) or 'none'}")
     manifest = verify_base(path)
