@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import importlib
 
-from harness.registry import (BACKENDS, ENGINES, FIGURES, FORWARDS, KINDS, MIRRORS, SECTIONS, SOURCES, STATISTICS,
-                              TASKS, Registry)
+from harness.registry import (BACKENDS, ENGINES, FIGURES, FORWARDS, KINDS, MIRRORS, MODELS, SECTIONS, SOURCES,
+                              STATISTICS, TASKS, Registry)
 
 BUILTINS: dict[Registry, tuple[str, ...]] = {
     TASKS: ("harness.tasks",),                                        # addrev, cumsum, the benchmarks
+    MODELS: ("harness.bases.sources",),                               # tiny, path
     FORWARDS: ("harness.rollout",),                                   # hf, lean, lean3
     ENGINES: ("harness.rollout",),                                    # hf, vllm
     BACKENDS: ("harness.trial.backends",),                            # torch, deepspeed

@@ -45,16 +45,26 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._settings: dict[str, type] = {}    # name -> the frozen dataclass of the entry's own settings
         self._loaded: set[str] = set()      # the composition roots that loaded this registry
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: register the decorated object under `name` (a second one under it is an error)."""
+    def register(self, name: str, settings: type | None = None) -> Callable[[T], T]:
+        """Decorator: register the decorated object under `name` (a second one under it is an error), with
+        `settings`, the frozen dataclass of its own settings (typed fields with defaults, `validate(key)`;
+        a suite writes them as `<kind>: {name: {setting: value}}`, config/components.py), or None: it has none."""
         def add(obj: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._entries[name] = obj
+            if settings is not None:
+                self._settings[name] = settings
             return obj
         return add
+
+    def settings(self, name: str, key: str | None = None) -> type | None:
+        """The settings class registered with entry `name` (None: it takes none)."""
+        self.check(key or self.kind, name)
+        return self._settings.get(name)
 
     def _load(self) -> None:
         """Ask each composition root not yet asked to load this registry (marked first: a module it imports
@@ -107,6 +117,8 @@ def claimant(registry: Registry[T], subject: Any) -> T:
 
 # tasks/registry.py TaskEntry: a problem source with rewards (addrev, cumsum, the benchmarks)
 TASKS: Registry[Any] = Registry("task")
+# bases/sources.py ModelSource: the kind of starting model (model.kind): tiny (a frozen base), path (a local dir)
+MODELS: Registry[Any] = Registry("model kind")
 # rollout/base.py Forward: the model's forward (trainer log-probs and the sampler over it): hf, lean, lean3
 FORWARDS: Registry[Any] = Registry("model forward")
 # rollout/__init__.py _in_process: the rollout engine that samples the batches (a factory): hf, vllm

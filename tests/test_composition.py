@@ -79,4 +79,4 @@ def test_every_committed_trial_hashes_as_its_suite_resolves_it_now(report):
         for t in finished:
             assert trialdir.config_sha256(trialdir.read_config(committed / t.trial_id)) == \
                 trialdir.config_sha256(to_dict(t.config)), t.trial_id
-            assert t.config.model.engine_version == ENGINE_OF[t.config.model.forward]
+            assert t.config.engine_version == ENGINE_OF[t.config.forward.name]

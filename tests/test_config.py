@@ -24,7 +24,7 @@ from harness.config.dicts import flatten, to_dict
     ({"model": {"kind": "path"}}, {}, "model.path: required"),
     ({"train": "fast"}, {}, "base.train: expected a mapping"),
     ({}, {"train.lr": -1.0}, "train.lr: must be > 0"),
-    ({"async": {"max_staleness": 2}}, {"delay": 4}, "async: set either delay"),
+    ({"async": {"max_staleness": 2}}, {"delay": 4}, "staleness: set either delay"),
 ])
 def test_bad_values_name_the_key(base, overrides, needle):
     with pytest.raises(ConfigError) as err:

@@ -1,6 +1,6 @@
 """`check` refuses every value `run` would fail on: a seeded enumeration over the leaves of the run-config schema.
 
-Every leaf of RunConfig (config/run.py, its sections and the optional ones: async, lab, mismatch, inflight) gets
+Every leaf of RunConfig (config/run.py, its sections and the optional ones: lab, mismatch, inflight; the async staleness source's settings) gets
 boundary and bad values for its type (negative, zero, one, large, 2**63, a float for an integer, NaN, inf, a
 string, a boolean, null). For each, validation (expand.resolve_config, what `check` runs for every trial) either
 refuses in one line that names the leaf, or a one-step trial of that config runs in-process (run_trial, the
@@ -18,14 +18,15 @@ import pytest
 import torch
 
 from harness.config.delays import DelayDistribution
-from harness.config.dicts import yaml_name
+from harness.config.components import COMPONENTS
+from harness.config.dicts import PARSE, yaml_name
 from harness.config.expand import Trial, resolve_config
 from harness.config.run import RunConfig
 from harness.errors import ConfigError
 from harness.trial.lifecycle import run_trial
 
 # What a leaf of an optional section needs around it: the section itself (and what it requires).
-CONTEXT = {"async": {"async": {}}, "lab": {"lab": {}}, "mismatch": {"mismatch": {}},
+CONTEXT = {"staleness": {"staleness": {"async": {}}}, "lab": {"lab": {}}, "mismatch": {"mismatch": {}},
            "inflight": {"inflight": {}, "model.forward": "lean"}}
 LARGE = 10 ** 6
 VALUES = {int: [-1, 0, 1, 2, LARGE, 2 ** 63, 1.5, "x", True, None],
@@ -38,6 +39,8 @@ VALUES = {int: [-1, 0, 1, 2, LARGE, 2 ** 63, 1.5, "x", True, None],
 COSTLY_AT_LARGE = {"group_size", "train.passes", "train.max_new_tokens", "lab.measure_groups"}
 # Leaves whose validity depends on the machine, not the schema (a directory that may exist where the run runs).
 MACHINE = {"model.path", "task.data_dir", "model.base"}
+# The components whose own settings are walked (engine vllm and backend deepspeed need their extras to run).
+RUNNABLE = {"staleness.async"}
 
 
 def leaves(cls: type = RunConfig, prefix: str = "") -> typing.Iterator[tuple[str, list[type], bool]]:
@@ -46,6 +49,13 @@ def leaves(cls: type = RunConfig, prefix: str = "") -> typing.Iterator[tuple[str
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         key, tp = prefix + yaml_name(f), hints[f.name]
+        if PARSE in f.metadata:                            # a component chosen by name: the name, its settings
+            yield key, [str], f.default is None
+            registry = COMPONENTS[f.name]
+            for name in registry.names():
+                if f"{key}.{name}" in RUNNABLE:
+                    yield from leaves(registry.settings(name), f"{key}.{name}.")
+            continue
         types = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
         sections = [a for a in types if dataclasses.is_dataclass(a) and a is not DelayDistribution]
         if sections:
@@ -89,7 +99,7 @@ def restore_threads():
 
 def test_the_walk_reaches_every_section():
     keys = {key for key, _, _ in leaves()}
-    assert {"eps", "seed", "delay", "train.beta2", "eval.size", "async.max_staleness", "lab.kl", "mismatch.top_k",
+    assert {"eps", "seed", "delay", "train.beta2", "eval.size", "staleness.async.max_staleness", "lab.kl", "mismatch.top_k",
             "inflight.tokens_per_update", "task.eval_size", "model.logp_chunk_tokens"} <= keys
     assert len(cases()) > 300
 

@@ -76,7 +76,7 @@ def test_integer_delay_is_unchanged_and_distributions_are_refused_where_unsuppor
     assert build_run_config(tiny_base, {"delay": 3}).delay == 3
     with pytest.raises(ConfigError, match="train.workers: a delay distribution"):
         build_run_config(tiny_base, {"delay": {"dist": "uniform", "max": 2}, "train.workers": 2})
-    with pytest.raises(ConfigError, match="async: set either delay"):
+    with pytest.raises(ConfigError, match="staleness: set either delay"):
         build_run_config(tiny_base, {"delay": {"dist": "uniform", "max": 2}, "async": {"max_staleness": 1}})
 
 

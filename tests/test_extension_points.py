@@ -14,7 +14,9 @@ from harness.config.run import build_run_config
 from harness.config.suite import parse_suite
 from harness.config.expand import Trial
 from harness.store.tracking import Mirrors, describe_mirrors
-from harness.store.trialdir import read_jsonl
+from harness.config.dicts import to_dict
+from harness.errors import ConfigError
+from harness.store.trialdir import read_config, read_jsonl
 from harness.trial.lifecycle import run_trial
 
 REGISTRIES = (ENGINES, FIGURES, MIRRORS, SOURCES)
@@ -26,6 +28,7 @@ def plugin(monkeypatch):
     for registry in REGISTRIES:
         registry.names()                                   # the built-ins first, as at any first use
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+        monkeypatch.setattr(registry, "_settings", dict(registry._settings))
     monkeypatch.delitem(sys.modules, "tests.fixtures.plugin_components", raising=False)
     module = importlib.import_module("tests.fixtures.plugin_components")
     module.CALLS.clear()
@@ -33,19 +36,31 @@ def plugin(monkeypatch):
     return module
 
 
-def test_a_plugin_engine_and_staleness_source_run_a_trial(plugin, tiny_base, tmp_path):
-    cfg = build_run_config({**tiny_base, "model": {**tiny_base["model"], "engine": "counting"}, "delay": 7})
+def test_a_plugin_engine_and_staleness_source_run_a_trial_with_their_own_settings(plugin, tiny_base, tmp_path):
+    cfg = build_run_config({**tiny_base, "engine": {"counting": {"every": 2}}, "staleness": {"lag-one": {"lag": 2}}})
     status = run_trial(Trial("t", {"seed": 0}, cfg), tmp_path)
     assert status["status"] == "completed"
-    assert plugin.CALLS.count("lag-one") == 1
+    assert plugin.CALLS.count("counting every 2") == 1 and plugin.CALLS.count("lag-one 2") == 1
     assert plugin.CALLS.count("generate") >= cfg.train.steps          # every batch and evaluation sampled by it
     stale = [row["stale/max"] for row in read_jsonl(tmp_path / "t" / "metrics.jsonl")]
-    assert stale == [0.0] + [1.0] * (cfg.train.steps - 1)               # lag one, not the configured seven
+    assert stale == [0.0, 1.0] + [2.0] * (cfg.train.steps - 2)          # the source's own lag, two
+    stored = read_config(tmp_path / "t")              # the old shape, and what has no old key under components
+    assert stored["components"] == {"engine": {"counting": {"every": 2}}} and stored["model"]["engine"] == "counting"
+    assert stored["staleness"] == {"lag-one": {"lag": 2}} and stored["async"] is None
+    assert to_dict(build_run_config(stored)) == stored                  # read back as written
+
+
+def test_a_plugin_components_settings_are_checked_in_one_line(plugin, tiny_base):
+    with pytest.raises(ConfigError, match=r"^engine\.counting\.every: must be >= 1; got 0$"):
+        build_run_config({**tiny_base, "engine": {"counting": {"every": 0}}})
+    with pytest.raises(ConfigError, match=r"^engine\.counting\.evry: unknown key; valid keys: every$"):
+        build_run_config({**tiny_base, "engine": {"counting": {"evry": 2}}})
+    at_default = build_run_config({**tiny_base, "engine": {"counting": {"every": 1}}})
+    assert "components" not in to_dict(at_default)                     # a default is not part of the identity
 
 
 def test_an_unknown_engine_lists_the_plugin_one(plugin):
-    from harness.config.run import ConfigError
-    with pytest.raises(ConfigError, match="model.engine: 'nope' is not valid; choose one of hf, vllm, counting"):
+    with pytest.raises(ConfigError, match="^engine: 'nope' is not valid; choose one of hf, vllm, counting$"):
         build_run_config({"model": {"engine": "nope"}})
 
 
@@ -82,11 +97,11 @@ def test_a_plugin_forward_declares_its_engine_version_and_what_it_runs_with(monk
     monkeypatch.setattr(FORWARDS, "_entries", {**FORWARDS._entries, "mine": Forward(hf.response_logits, hf.engine),
                                                "mine_lean": Forward(hf.response_logits, hf.engine, engine_version=2,
                                                                     tiny_qwen3_only=True)})
-    versions = [build_run_config({"model": {"forward": f}}).model.engine_version
+    versions = [build_run_config({"model": {"forward": f}}).engine_version
                 for f in ("hf", "lean", "lean3", "mine", "mine_lean")]
     assert versions == [1, 2, 3, 1, 2]
     assert build_run_config({"model": {"forward": "mine", "dtype": "bfloat16"}}).model.dtype == "bfloat16"
-    with pytest.raises(ConfigError, match=r"model.forward: 'mine_lean' is written for Qwen3 models like the tiny "
+    with pytest.raises(ConfigError, match=r"^forward: 'mine_lean' is written for Qwen3 models like the tiny "
                                           r"bases, .* for dtype 'bfloat16'"):
         build_run_config({"model": {"forward": "mine_lean", "dtype": "bfloat16"}})
     with pytest.raises(ConfigError, match=r"'lean3' is written for Qwen3 .* backend 'deepspeed'$"):

@@ -233,7 +233,7 @@ def test_the_inflight_suite_loads_and_stays_small(monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     trials = expand(load_suite_file("suites/inflight.yaml"))
     assert 2 <= len(trials) <= 4 and len({t.trial_id for t in trials}) == len(trials)
-    assert all(t.config.inflight is not None and t.config.model.forward == "lean" for t in trials)
+    assert all(t.config.inflight is not None and t.config.forward.name == "lean" for t in trials)
     # small: at most 4 trials × 24 batches of 64 responses of <= 8 tokens
     assert all(t.config.train.steps <= 24 and t.config.train.prompts_per_step * t.config.group_size <= 64
                and t.config.train.max_new_tokens <= 8 for t in trials)

@@ -144,11 +144,11 @@ def test_unsupported_models_are_refused_with_the_fix():
 
 
 def test_forward_is_a_config_setting():
-    assert build_run_config({}).model.forward == "hf"
-    assert build_run_config({"model": {"forward": "lean"}}).model.forward == "lean"
-    with pytest.raises(ConfigError, match="model.forward: 'x' is not valid"):
+    assert build_run_config({}).forward.name == "hf"
+    assert build_run_config({"model": {"forward": "lean"}}).forward.name == "lean"
+    with pytest.raises(ConfigError, match="^forward: 'x' is not valid"):
         build_run_config({"model": {"forward": "x"}})
-    assert build_run_config({"model": {"forward": "lean3", "kind": "path", "path": "/a/qwen3"}}).model.forward == "lean3"
+    assert build_run_config({"model": {"forward": "lean3", "kind": "path", "path": "/a/qwen3"}}).forward.name == "lean3"
     with pytest.raises(ConfigError, match="engine 'vllm'"):
         build_run_config({"model": {"forward": "lean", "engine": "vllm"}})
     with pytest.raises(ConfigError, match="dtype 'bfloat16'"):

@@ -141,10 +141,10 @@ def test_configs_that_do_not_ask_for_engine_3_resolve_and_hash_as_before(report)
         for t in finished:
             assert trialdir.config_sha256(trialdir.read_config(committed / t.trial_id)) == \
                 trialdir.config_sha256(to_dict(t.config)), t.trial_id
-            assert t.config.model.engine_version < 3
+            assert t.config.engine_version < 3
     assert "engine_version" not in to_dict(build_run_config({}))["model"]
     three = build_run_config({"model": {"forward": "lean3"}})
-    assert three.model.engine_version == 3
+    assert three.engine_version == 3
     assert trialdir.config_sha256(to_dict(three)) != trialdir.config_sha256(to_dict(build_run_config({})))
 
 

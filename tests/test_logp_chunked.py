@@ -126,7 +126,7 @@ def test_the_settings_are_left_out_of_a_config_at_their_defaults():
     assert (on.logp_chunk_tokens, on.gradient_checkpointing) == (512, True)
     with pytest.raises(ConfigError, match="model.logp_chunk_tokens: tokens per chunk"):
         build_run_config({"model": {"logp_chunk_tokens": -2}})
-    with pytest.raises(ConfigError, match="model.gradient_checkpointing: .* set model.forward: hf"):
+    with pytest.raises(ConfigError, match="model.gradient_checkpointing: .* set forward: hf"):
         build_run_config({"model": {"forward": "lean", "gradient_checkpointing": True}})
 
 

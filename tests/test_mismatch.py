@@ -122,5 +122,5 @@ def test_bad_mismatch_settings_are_one_line_errors(tiny_base, mismatch, message)
     with pytest.raises(ConfigError) as exc:
         build_run_config(tiny_base, {"mismatch": mismatch})
     assert message in str(exc.value)
-    with pytest.raises(ConfigError, match="mismatch: the mismatched engine is a transformers engine"):
+    with pytest.raises(ConfigError, match=r"^mismatch: the mismatched engine stands in for an in-process engine \(hf\), not .vllm.; use engine hf"):
         build_run_config(tiny_base, {"mismatch": {}, "model.engine": "vllm"})

@@ -94,8 +94,8 @@ def run_two_processes(trial: Trial, suite_dir: Path, crash_at_update: int = 0) -
     ({"train.workers": 3}, "train.workers: train.prompts_per_step 8 does not divide into 3 workers"),
     ({"train.workers": True}, "base.train.workers: expected int; got True"),
     ({"model.backend": "deepspeed", "model.zero_stage": 3}, "train.workers: ZeRO-3 partitions the parameters"),
-    ({"model.engine": "vllm"}, "train.workers: model.engine 'vllm' is not supported with several workers"),
-    ({"delay": 0, "async": {"max_staleness": 1}}, "train.workers: async is not supported with several workers"),
+    ({"model.engine": "vllm"}, "train.workers: engine 'vllm' is not supported with several workers"),
+    ({"delay": 0, "async": {"max_staleness": 1}}, "train.workers: staleness source 'async' is not supported with several workers"),
 ])
 def test_workers_are_validated_in_one_line(change, message):
     with pytest.raises(ConfigError) as err:

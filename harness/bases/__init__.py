@@ -52,22 +52,7 @@ def verify_base(path: Path) -> dict:
 
 def base_identity(model: Any) -> tuple[Path, dict]:
     """(local directory, {"name", "sha256"}) of the run's starting checkpoint (`model`: a
-    harness.config.run.ModelConfig), verified.
-
-    `model.kind: tiny` is a frozen base shipped in harness/bases/ (checked against its manifest);
-    `model.kind: path` is any local transformers model, identified by the sha256 of its weight files.
-    """
-    if model.kind == "path":
-        path = Path(model.path)
-        if not (path / "config.json").is_file():
-            raise BaseModelError(f"model.path {path}: no transformers model directory there (config.json missing); "
-                                 f"set model.path to a local model directory")
-        digest = hashlib.sha256()
-        for file in sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")):
-            digest.update(f"{file.name}:{sha256_file(file)}\n".encode())
-        return path, {"name": str(path.resolve()), "sha256": digest.hexdigest()}
-    path = BASES_DIR / model.base
-    if not (path / MANIFEST).is_file():
-        raise BaseModelError(f"model.base: no frozen base {model.base!r}; shipped: {', '.join(base_names()) or 'none'}")
-    manifest = verify_base(path)
-    return path, {"name": manifest["name"], "sha256": manifest["sha256"]}
+    harness.config.run.ModelConfig), verified by its kind (bases/sources.py: a frozen base against its
+    manifest, a local model by the sha256 of its weight files)."""
+    from harness.registry import MODELS
+    return MODELS.get(model.kind, "model.kind").identity(model)

@@ -20,6 +20,9 @@ from harness.store.untrusted import short
 OMIT_AT_DEFAULT = "omit_at_default"
 INT64 = 2 ** 63                            # an integer setting is a 64-bit integer wherever torch or numpy hold it
 NEW_SETTING = {OMIT_AT_DEFAULT: True}
+# Field metadata: a function (value, key) -> the field's value, read instead of the annotation's coercion
+# (a component chosen by name with its settings: config/components.py).
+PARSE = "parse"
 # What a user who still writes a renamed setting (store/trialdir.py RENAMED_KEYS) is told, by its new name.
 RENAMED_WHY = {"train.passes": "(full passes over each batch, what it meant); for several minibatch updates "
                                "per batch, each response used once, set train.minibatches"}
@@ -83,7 +86,10 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
 
 
 def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
-    """Build dataclass `cls` from a mapping, refusing unknown keys and wrong types."""
+    """Build dataclass `cls` from a mapping, refusing unknown keys and wrong types. A class whose keys moved
+    maps the old ones first (`cls.current(data)`: the run config, config/components.py)."""
+    if hasattr(cls, "current"):
+        data = cls.current(data)
     hints = typing.get_type_hints(cls)
     by_yaml = {yaml_name(f): f for f in fields(cls)}
     unknown = sorted(set(data) - set(by_yaml))
@@ -93,22 +99,31 @@ def from_dict(cls: type, data: Mapping[str, Any], key: str = "base") -> Any:
         raise ConfigError(f"{key}.{old.split('.')[-1]}: renamed {new} {RENAMED_WHY[new]}")
     if unknown:
         raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid keys: {', '.join(sorted(by_yaml))}")
-    kwargs = {f.name: _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}
+    kwargs = {f.name: f.metadata[PARSE](data[name], f"{key}.{name}") if PARSE in f.metadata else
+              _coerce(f"{key}.{name}", hints[f.name], data[name]) for name, f in by_yaml.items() if name in data}
     return cls(**kwargs)
 
 
 def to_dict(obj: Any, every_key: bool = False) -> Any:
     """Plain nested dict/list view of a config, with YAML key names (the inverse of from_dict). A field marked
     OMIT_AT_DEFAULT is left out while at its default, unless `every_key` (the defaults that config_changes
-    compares an absent key with)."""
+    compares an absent key with). An object with its own stored form gives it (`obj.stored_dict(every_key)`:
+    the run config, config/components.py)."""
+    if hasattr(obj, "stored_dict"):
+        return obj.stored_dict(every_key)
     if dataclasses.is_dataclass(obj):
-        return {yaml_name(f): to_dict(getattr(obj, f.name), every_key) for f in fields(obj)
-                if every_key or not (f.metadata.get(OMIT_AT_DEFAULT) and getattr(obj, f.name) == f.default)}
+        return fields_dict(obj, every_key)
     if isinstance(obj, Mapping):
         return {k: to_dict(v, every_key) for k, v in obj.items()}
     if isinstance(obj, tuple):
         return [to_dict(v, every_key) for v in obj]
     return obj
+
+
+def fields_dict(obj: Any, every_key: bool = False, skip: typing.Container[str] = ()) -> dict[str, Any]:
+    """{yaml name: plain value} of dataclass `obj`'s fields but `skip`, by to_dict's rule."""
+    return {yaml_name(f): to_dict(getattr(obj, f.name), every_key) for f in fields(obj) if f.name not in skip and
+            (every_key or not (f.metadata.get(OMIT_AT_DEFAULT) and getattr(obj, f.name) == f.default))}
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:

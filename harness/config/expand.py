@@ -19,7 +19,7 @@ import yaml
 from harness.config.run import ConfigError, RunConfig, build_run_config
 
 from harness.config.dicts import set_dotted, to_dict
-from harness.registry import SOURCES, claimant
+from harness.config.components import source_of
 from harness.config.kinds import kind_of
 from harness.config.suite import Resources, Suite, TuneSpec, parse_suite  # noqa: F401 — the suite's types live in the schema
 from harness.store.untrusted import load_yaml_text, read_text_file, short
@@ -279,7 +279,7 @@ def expand(suite: Suite) -> list[Trial]:
 def on_policy(cfg: RunConfig) -> bool:
     """Whether `cfg` trains on-policy: one optimizer update per batch, and its staleness source
     (harness/trial/staleness.py) samples every batch with the policy that consumes it (delay 0)."""
-    return cfg.train.updates_per_batch == 1 and claimant(SOURCES, cfg).on_policy(cfg)
+    return cfg.train.updates_per_batch == 1 and source_of(cfg).on_policy(cfg)
 
 
 def _on_policy(suite: Suite, point: Mapping[str, Any], overrides: Mapping[str, Any]) -> bool:

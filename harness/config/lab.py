@@ -82,13 +82,14 @@ def check_supported(cfg: Any) -> None:
         (not isinstance(cfg.delay, int), "delay: an estimator-lab trial takes an integer delay, not a distribution "
                                          "or trace"),
         (cfg.mismatch is not None, "mismatch: the mismatched engine is a transformers engine for LLM trials; use "
-                                   "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section"),
+                                   "engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section"),
         (cfg.train.updates_per_batch != 1, "train.passes, train.minibatches: a lab trial takes one optimizer update "
                                            "per batch; set both to 1"),
         (cfg.train.kl_beta != 0, "train.kl_beta: a lab trial has no KL penalty; set train.kl_beta: 0"),
         (cfg.train.prox_logp != "recompute", "train.prox_logp: a lab trial takes π_prox = π_θ (one update per batch); "
                                              "remove train.prox_logp"),
-        (cfg.async_ is not None, "async: a lab trial uses the exact delay only; remove the async section"),
+        (cfg.staleness is not None, "staleness: a lab trial uses the exact delay only; remove the staleness (async) "
+                                    "section"),
         (cfg.inflight is not None, "inflight: a lab trial has no token-level generation; remove the inflight section"),
         (cfg.train.workers > 1, "train.workers: an estimator-lab trial runs in one process; remove train.workers"),
         (cfg.train.advantage == "std" and lab.reward != "binary",

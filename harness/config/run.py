@@ -17,9 +17,10 @@ from typing import Any, Mapping
 
 from harness.config.delays import DelayDistribution
 from harness.config.inflight import InflightConfig
+from harness.config.components import Choice, can, component, current, stored_dict
 from harness.config.dicts import NEW_SETTING, from_dict, set_dotted, to_dict, yaml_name
 from harness.errors import ConfigError
-from harness.registry import BACKENDS, ENGINES, FORWARDS
+from harness.registry import FORWARDS, MODELS
 from harness.config.trace import read_trace, trace_sha256
 from harness.config.lab import LabConfig
 from harness.store.untrusted import short
@@ -57,16 +58,6 @@ class ModelConfig:
     path: str | None = None                # local directory of a transformers causal LM (kind: path)
     dtype: str = "float32"                 # float32 | bfloat16
     device: str = "auto"                   # auto (cuda when available) | cpu
-    engine: str = "hf"                     # rollout engine: hf (transformers) | vllm (extra `gpu`; CPU: docs/vllm.md)
-    forward: str = "hf"                    # the model's forward: hf (transformers) | lean (tiny Qwen3 bases only;
-                                           # harness/rollout/lean.py): trainer log-probs and hf-engine rollouts |
-                                           # lean3: engine version 3 (rollout/lean3.py: its own float path and
-                                           # fused AdamW; docs/lean.md)
-    behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
-    backend: str = "torch"                 # training backend: torch | deepspeed (extra `gpu`)
-    zero_stage: int = 0                    # DeepSpeed ZeRO stage (backend: deepspeed)
-    zero_offload: bool = False             # DeepSpeed: keep optimizer states on the CPU
-    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (engine: vllm on a GPU; unused on CPU)
     logp_chunk_tokens: int = field(default=0, metadata=NEW_SETTING)   # the trainer's log-probs and entropy through
                                            # the LM head this many tokens at a time, never a full (b, T, V) float32
                                            # copy (rollout/logp.py): 0 auto (chunks of 1,024 when the vocabulary is
@@ -74,40 +65,13 @@ class ModelConfig:
     gradient_checkpointing: bool = field(default=False, metadata=NEW_SETTING)   # recompute each transformers
                                            # layer in the backward instead of keeping its activations (forward hf)
 
-    @property
-    def engine_version(self) -> int:
-        """The engine version the forward declares (rollout/base.py Forward): 1 transformers (hf), 2 the lean
-        forward, 3 lean3, whose matmuls run on their own float path (harness/rollout/gemm3.py) and whose optimizer
-        is torch's fused AdamW. Not a field: a config that does not ask for lean3 resolves, and hashes, as before
-        engine 3 existed."""
-        return FORWARDS.get(self.forward, "model.forward").engine_version
-
     def validate(self, key: str) -> None:
-        _choice(f"{key}.kind", self.kind, ("tiny", "path"))
-        if self.kind == "path" and not self.path:
-            raise ConfigError(f"{key}.path: required when {key}.kind is 'path' (a local model directory)")
+        MODELS.get(self.kind, f"{key}.kind").validate(self, key)      # its own settings (bases/sources.py)
         _choice(f"{key}.dtype", self.dtype, ("float32", "bfloat16"))
-        ENGINES.check(f"{key}.engine", self.engine)
         _choice(f"{key}.device", self.device, ("auto", "cpu"))
-        if FORWARDS.get(self.forward, f"{key}.forward").tiny_qwen3_only and (
-                self.engine != "hf" or self.backend != "torch" or self.dtype != "float32"):
-            # kind: path is fine (build-base's probe of a candidate): a model the lean forward does not support
-            # (not a dense Qwen3, ...) is refused with the same fix when the trial builds it (rollout/lean.py)
-            raise ConfigError(f"{key}.forward: {self.forward!r} is written for Qwen3 models like the tiny bases, in "
-                              f"float32 with engine hf and backend torch; set {key}.forward: hf for dtype "
-                              f"{self.dtype!r}, engine {self.engine!r}, backend {self.backend!r}")
-        _choice(f"{key}.behavior_logp", self.behavior_logp, ("engine", "recompute"))
         if self.logp_chunk_tokens < -1:
             raise ConfigError(f"{key}.logp_chunk_tokens: tokens per chunk (> 0), 0 (auto: chunked for a large "
                               f"vocabulary) or -1 (full logits); got {self.logp_chunk_tokens}")
-        if self.gradient_checkpointing and self.forward != "hf":
-            raise ConfigError(f"{key}.gradient_checkpointing: checkpoints transformers' layers, which model.forward "
-                              f"{self.forward!r} does not run; set {key}.forward: hf or remove gradient_checkpointing")
-        BACKENDS.check(f"{key}.backend", self.backend)
-        _choice(f"{key}.zero_stage", self.zero_stage, (0, 1, 2, 3))
-        if self.kind == "tiny":
-            from harness.bases import base_names
-            _choice(f"{key}.base", self.base, base_names())
 
 
 @dataclass(frozen=True)
@@ -247,14 +211,6 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
-class AsyncConfig:
-    max_staleness: int = 1                 # η: a consumed batch is at most η policy versions old
-
-    def validate(self, key: str) -> None:
-        _positive(f"{key}.max_staleness", self.max_staleness, strict=False)
-
-
-@dataclass(frozen=True)
 class MismatchConfig:
     """The rollout engine's log-probs differ from the trainer's (harness/rollout/mismatch.py)."""
     sigma: float = 0.0                     # noise on the engine's weights, σ · rms of each tensor
@@ -279,14 +235,30 @@ class RunConfig:
     group_size: int = 8                    # G responses per prompt
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
+    engine: Choice = component("engine", "hf")     # the rollout engine: hf (transformers) | vllm (extra `gpu`;
+                                           # docs/vllm.md), with its settings (engine: {vllm: {...}})
+    forward: Choice = component("forward", "hf")   # the model's forward: hf (transformers) | lean (the tiny Qwen3
+                                           # bases; rollout/lean.py) | lean3 (engine version 3: docs/lean.md)
+    behavior_logp: str = "engine"          # engine: the engine's own log-probs | recompute: the trainer's
+    backend: Choice = component("backend", "torch")   # the training backend: torch | deepspeed (extra `gpu`)
     task: TaskConfig = field(default_factory=TaskConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    async_: AsyncConfig | None = None      # YAML key `async`: real concurrent generation (None = exact delay)
+    staleness: Choice | None = component("staleness", None)   # a staleness source chosen by name (async: real
+                                           # concurrent generation); None: the delay law's (exact, mixed)
     lab: LabConfig | None = None           # estimator-lab trial on a synthetic policy instead of an LLM
     mismatch: MismatchConfig | None = None # engine log-probs apart from the trainer's (None = the plain engine)
     inflight: InflightConfig | None = field(default=None, metadata=NEW_SETTING)   # weights updated while
                                            # responses are generated (config/inflight.py; None: one version each)
+
+    current = staticmethod(current)        # the keys written before components had settings, mapped
+    stored_dict = stored_dict              # the stored form: config.yaml and config_sha256 (components.py)
+
+    @property
+    def engine_version(self) -> int:
+        """The engine version the forward declares (rollout/base.py Forward): 1 transformers (hf), 2 the lean
+        forward, 3 lean3 (its own float path and fused AdamW). Not a setting: it follows the forward."""
+        return FORWARDS.get(self.forward.name, "forward").engine_version
 
     def validate(self, key: str = "base") -> None:
         from algorithms import check_params, loss_names
@@ -316,9 +288,7 @@ class RunConfig:
             section = getattr(self, f.name)
             if dataclasses.is_dataclass(section) and not isinstance(section, DelayDistribution):
                 section.validate(yaml_name(f))
-        if self.mismatch is not None and self.model.engine != "hf":
-            raise ConfigError("mismatch: the mismatched engine is a transformers engine for LLM trials; use "
-                              "model.engine hf (vLLM's own gap is logged as is/engine_gap_max) and no lab section")
+        self._validate_components()
         if self.eval.split == "validation":
             if "validation" not in getattr(self.task.build(), "splits", ()):
                 raise ConfigError(f"eval.split: task {self.task.name!r} has no validation split (cumsum-long has "
@@ -328,40 +298,59 @@ class RunConfig:
             raise ConfigError(f"eval.size: {self.eval.size} is more than the task's held-out set, whose first "
                               f"eval.size problems it evaluates (task.eval_size {self.task.eval_size}); lower "
                               f"eval.size or raise task.eval_size")
-        if self.async_ is not None and self.delay:
-            raise ConfigError("async: set either delay (exact, synchronous) or async.max_staleness, not both")
+        if self.staleness is not None and self.delay:
+            raise ConfigError(f"staleness: set either delay (exact, synchronous) or staleness source "
+                              f"{self.staleness.name!r} (its own lags), not both")
         if self.inflight is not None:
             self._validate_inflight()
         if self.train.workers > 1:
             self._validate_workers()
 
+    def _validate_components(self) -> None:
+        """The rules that involve several components (each one's own settings validate themselves)."""
+        _choice("behavior_logp", self.behavior_logp, ("engine", "recompute"))
+        forward, engine, backend, dtype = self.forward.name, self.engine.name, self.backend.name, self.model.dtype
+        if can(self.forward, "tiny_qwen3_only") and not (can(self.engine, "in_process") and dtype == "float32"
+                                                         and can(self.backend, "custom_forward")):
+            # kind: path is fine (build-base's probe of a candidate): a model the lean forward does not support
+            # (not a dense Qwen3, ...) is refused with the same fix when the trial builds it (rollout/lean.py)
+            raise ConfigError(f"forward: {forward!r} is written for Qwen3 models like the tiny bases, in float32 "
+                              f"with an in-process engine (hf) and a backend that runs it (torch); set forward: hf "
+                              f"for dtype {dtype!r}, engine {engine!r}, backend {backend!r}")
+        if self.model.gradient_checkpointing and not can(self.forward, "checkpointing"):
+            raise ConfigError(f"model.gradient_checkpointing: checkpoints transformers' layers, which forward "
+                              f"{forward!r} does not run; set forward: hf or remove gradient_checkpointing")
+        if self.mismatch is not None and not can(self.engine, "supports_mismatch"):
+            raise ConfigError(f"mismatch: the mismatched engine stands in for an in-process engine (hf), not "
+                              f"{engine!r}; use engine hf (vLLM's own gap is logged as is/engine_gap_max)")
+
     def _validate_inflight(self) -> None:
-        if isinstance(self.delay, DelayDistribution) or self.async_ is not None:
+        if isinstance(self.delay, DelayDistribution) or self.staleness is not None:
             raise ConfigError("inflight: takes an integer delay (the lag of a full-length response's last token), "
-                              "not a delay distribution, trace or async section; remove one of them")
+                              "not a delay distribution, trace or staleness source; remove one of them")
         self.inflight.check_lag("inflight", self.delay, self.train.max_new_tokens)
         self._validate_switching("inflight: needs")
 
     def _validate_switching(self, what: str) -> None:
         """What responses generated under several versions need: an engine that switches weights between
         two decoding steps (the lean engines), in one process, without the mismatched engine."""
-        if self.model.forward not in ("lean", "lean3") or self.model.engine != "hf":
-            raise ConfigError(f"{what} an engine that switches weights mid-response: set model.forward: lean "
-                              f"(the tiny Qwen3 bases) and model.engine: hf")
+        if not (can(self.forward, "switches_weights") and can(self.engine, "in_process")):
+            raise ConfigError(f"{what} an engine that switches weights mid-response: set forward: lean "
+                              f"(the tiny Qwen3 bases) and engine: hf")
         if self.mismatch is not None or self.train.workers > 1:
             raise ConfigError(f"{what} the plain lean engine in one process: remove the mismatch section "
                               f"and train.workers")
 
     def _validate_workers(self) -> None:
         """What several data-parallel workers need (docs/workers.md); each refusal is one line."""
-        m = self.model
         refusals = [
-            (m.zero_stage > 2, "ZeRO-3 partitions the parameters, which each worker's own rollouts and rank 0's "
-                               "evaluation cannot use; set model.zero_stage 0, 1 or 2"),
-            (m.engine != "hf", f"model.engine {m.engine!r} is not supported with several workers yet (each worker "
-                               f"would start its own engine inside the Train process group); use engine hf"),
-            (self.async_ is not None, "async is not supported with several workers (the producer thread would "
-                                      "share the workers' collectives); use delay"),
+            (getattr(self.backend.settings, "zero_stage", 0) > 2, "ZeRO-3 partitions the parameters, which each "
+             "worker's own rollouts and rank 0's evaluation cannot use; set backend.deepspeed.zero_stage 0, 1 or 2"),
+            (not can(self.engine, "multi_worker"), f"engine {self.engine.name!r} is not supported with several workers yet (each "
+                                       f"worker would start its own engine inside the Train process group); use hf"),
+            (self.staleness is not None, f"staleness source {getattr(self.staleness, 'name', '')!r} is not supported "
+                                         f"with several workers (a producer thread would share the workers' "
+                                         f"collectives); use delay"),
             (isinstance(self.delay, DelayDistribution), "a delay distribution or trace runs in one process (its "
                                                         "policy snapshots are not shared); use an integer delay"),
         ]

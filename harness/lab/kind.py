@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.registry import KINDS
-from harness.config.lab import check_supported
+from harness.config.lab import LabConfig, check_supported
 
 if TYPE_CHECKING:
     from harness.config.run import RunConfig
     from harness.config.kinds import Run
 
 
-@KINDS.register("lab")
+@KINDS.register("lab", settings=LabConfig)
 class LabKind:
     name = "lab"
     shares_on_policy = False       # each estimator's measured bias is the result, even at delay 0

@@ -2,9 +2,9 @@
 
     engine.generate(prompts, n=G, temperature=1.0, max_new_tokens=8, seed=s) -> Rollout
 
-A forward (`model.forward`) is the trainer's logits of response tokens and the sampler over the same
+A forward (`forward:`) is the trainer's logits of response tokens and the sampler over the same
 arithmetic: `hf` (transformers, KV-cached; hf.py) and `lean` (the tiny Qwen3 bases' lean forward; lean.py).
-An engine (`model.engine`) samples the batches: `hf` runs the configured forward's sampler in the trainer's
+An engine (`engine:`) samples the batches: `hf` runs the configured forward's sampler in the trainer's
 process on the trainer's weights; `vllm` (extra `gpu` on a CUDA machine, or the CPU side environment of
 scripts/setup_vllm_cpu.sh; docs/vllm.md) holds its own copy and is imported only when a config asks for it.
 A new forward or engine is one module that registers itself, imported below.
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import ConfigError
 from harness.registry import ENGINES, FORWARDS
 from harness.rollout import hf, lean, lean3  # noqa: F401  (each registers its forward)
-from harness.rollout.base import EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
+from harness.rollout.base import Engine, EngineSettings, Forward, ResponseLogits, Rollout, RolloutEngine
 from harness.rollout.hf import HFEngine
 from harness.rollout.logp import chunk_tokens, chunked_token_logp
 
@@ -85,21 +86,36 @@ def token_logp_of(forward: str, logp_chunk_tokens: int = 0) -> TokenLogp:
     return TokenLogp(FORWARDS.get(forward, "model.forward"), logp_chunk_tokens)
 
 
-@ENGINES.register("hf")
 def _in_process(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int
                 ) -> RolloutEngine:
     """The configured forward's sampler, on the trainer's own weights."""
-    return FORWARDS.get(settings.forward, "model.forward").engine(model, tokenizer)
+    return FORWARDS.get(settings.forward, "forward").engine(model, tokenizer)
 
 
-@ENGINES.register("vllm")
+ENGINES.register("hf")(Engine(_in_process, in_process=True, supports_mismatch=True, multi_worker=True))
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """`engine: {vllm: {...}}` (stored as model.gpu_memory_utilization, its key before engines had settings)."""
+    gpu_memory_utilization: float = 0.3    # vLLM's share of GPU memory (on a GPU; unused on the CPU)
+
+    def validate(self, key: str) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"{key}.gpu_memory_utilization: a share of the GPU's memory, in (0, 1]; got "
+                              f"{self.gpu_memory_utilization}")
+
+
 def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int) -> RolloutEngine:
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
                          "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
     from harness.rollout.vllm_engine import VLLMEngine
-    engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.gpu_memory_utilization,
+    engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.own.gpu_memory_utilization,
                         seed=seed, colocated=next(model.parameters()).is_cuda)    # the trainer trains on a GPU too
     engine.sync_weights(model, -1)          # start from the trainer's exact weights
     engine.version = 0
     return engine
+
+
+ENGINES.register("vllm", settings=VLLMSettings)(Engine(_vllm))     # its own copy of the weights, in this process

@@ -1,8 +1,8 @@
 """The rollout engine interface."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Mapping, Protocol
 
 import torch
 
@@ -106,24 +106,49 @@ def no_hidden(model: torch.nn.Module, r: Rollout, rows: slice, group_size: int) 
 
 @dataclass(frozen=True)
 class Forward:
-    """A model forward (`model.forward`, registry FORWARDS): the trainer's logits of response tokens, the
-    engine that samples with the same forward (model.engine: hf), and the hidden states and head behind the
+    """A model forward (`forward:`, registry FORWARDS): the trainer's logits of response tokens, the
+    engine that samples with the same forward (engine: hf), and the hidden states and head behind the
     logits, which the chunked log-probs take through the head a chunk of tokens at a time (rollout/logp.py)."""
     response_logits: ResponseLogits
     engine: Callable[[torch.nn.Module, Any], RolloutEngine]          # (model, tokenizer) -> engine
     response_hidden: ResponseHidden = no_hidden
     engine_version: int = 1                 # the trial's engine version (trial/numerics.py record, trial/backends.py):
                                             # 1 transformers, 2 the lean forward, 3 lean3 (own float path, fused AdamW)
-    tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, engine hf,
-                                            # backend torch (the run config refuses the rest in one line)
+    tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, an in-process
+                                            # engine, a backend that runs it (the run config refuses the rest)
+    fused_adamw: bool = False               # its optimizer is torch's fused AdamW (trial/backends.py; lean3)
+    switches_weights: bool = False          # its sampler switches weights between two decoding steps (in-flight
+                                            # updates, traces of several segments: the lean engines)
+    checkpointing: bool = False             # runs transformers' layers, which model.gradient_checkpointing wraps
+    # The dry run's estimate on the tiny bases (suite/plan.py; where each figure was measured: benchmarks/README.md,
+    # "Projection constants (plan.py)"), per task: its speed-up over the transformers forward's step, or its own
+    # measured s per 128-response step of one update and per evaluation, which take precedence.
+    speedup: Mapping[str, float] = field(default_factory=dict)
+    step_s: Mapping[str, float] = field(default_factory=dict)
+    eval_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A rollout engine's registry entry (ENGINES): its factory and what it can do, which the run config's rules
+    ask (config/components.py `can`). A plain factory registered as an engine declares nothing (all False)."""
+    build: Callable[..., RolloutEngine]     # (model, tokenizer, path, settings: EngineSettings, seed) -> engine
+    in_process: bool = False                # samples with the configured forward on the trainer's own weights
+    supports_mismatch: bool = False         # the mismatched engine (rollout/mismatch.py) can stand in for it
+    multi_worker: bool = False              # each data-parallel worker can run its own (docs/workers.md)
+
+    def __call__(self, model: torch.nn.Module, tokenizer: Any, path: Any, settings: EngineSettings,
+                 seed: int) -> RolloutEngine:
+        return self.build(model, tokenizer, path, settings, seed)
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """What a rollout engine may be built from, besides the model: the run config's model section's values."""
+    """What a rollout engine may be built from, besides the model: the run config's forward, dtype and the
+    engine's own settings (the class registered with it: `engine: {name: {...}}`; None: it takes none)."""
     forward: str = "hf"
     dtype: str = "float32"
-    gpu_memory_utilization: float = 0.3
+    own: Any = None
 
 
 def sample_token(logits: torch.Tensor, temperature: float, gen: torch.Generator, done: torch.Tensor,

@@ -179,4 +179,4 @@ class HFEngine:
                        torch.full((B,), self.version, dtype=torch.long), texts, time.perf_counter() - start)
 
 
-FORWARDS.register("hf")(Forward(response_logits, HFEngine, response_hidden))
+FORWARDS.register("hf")(Forward(response_logits, HFEngine, response_hidden, checkpointing=True))

@@ -117,5 +117,10 @@ def engine(model: torch.nn.Module, tokenizer) -> LeanEngine:
     return LeanEngine(model, tokenizer, forward=lean3, compact_at=COMPACT_AT)
 
 
+# Its step and evaluation on cumsum-long: reports/reference-v3's own trials (raw.tar.gz: 80 trials of 128 steps at
+# m = 4 minibatches, two side by side on the 2-core AMD EPYC) took a median perf/step_s of 1.609 s (÷ 1 + 0.33, the
+# dry run's cost of m > 1 minibatches, for one update) and a median of 21.2 s per 2,500-problem evaluation (a
+# trial's wall time less its steps, over its 5 evaluations).
 FORWARDS.register("lean3")(Forward(response_logits, engine, response_hidden, engine_version=3,
-                                   tiny_qwen3_only=True))
+                                   tiny_qwen3_only=True, fused_adamw=True, switches_weights=True,
+                                   step_s={"cumsum-long": round(1.609 / 1.33, 3)}, eval_s={"cumsum-long": 21.2}))

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.registry import MODELS
+
 GIB = 2**30
 PROMPT_TOKENS = 256          # prompt tokens assumed per response (plan.PROMPT_TOKENS_ASSUMED)
 CONTEXT_GIB = 1.0            # the CUDA context and cuBLAS workspaces, assumed
@@ -116,9 +118,10 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
     m, tc = cfg.model, cfg.train
     b = 2 if m.dtype == "bfloat16" else 4
     psi, nd = arch.params, tc.workers
-    zero = m.zero_stage if m.backend == "deepspeed" else 0
-    if m.backend == "deepspeed":
-        optimizer = 0 if m.zero_offload else (12 if b == 2 else 8) * psi / (nd if zero >= 1 else 1)
+    zero_backend = cfg.backend.settings                     # a ZeRO backend's settings (deepspeed), else None
+    zero = getattr(zero_backend, "zero_stage", 0)
+    if hasattr(zero_backend, "zero_stage"):
+        optimizer = 0 if zero_backend.zero_offload else (12 if b == 2 else 8) * psi / (nd if zero >= 1 else 1)
     else:
         optimizer = 2 * b * psi
     micro = tc.micro_batch_size or tc.prompts_per_step * cfg.group_size // nd
@@ -134,7 +137,7 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
              ("optimizer", optimizer), ("reference", b * psi if tc.kl_beta > 0 else 0),
              ("activations" + (" (checkpointed)" if m.gradient_checkpointing else ""), activations),
              (f"log-probs ({f'chunks of {chunk}' if chunk else 'full logits'})", logp),
-             ("vLLM", m.gpu_memory_utilization * card_gib * GIB if m.engine == "vllm" else 0),
+             ("vLLM", getattr(cfg.engine.settings, "gpu_memory_utilization", 0) * card_gib * GIB),
              ("CUDA context", CONTEXT_GIB * GIB)]
     return Projection(tuple((name, value / GIB) for name, value in items), card_gib)
 
@@ -142,7 +145,7 @@ def project(cfg, arch: Architecture, card_gib: float, prompt_tokens: int = PROMP
 def suite_lines(suite, trials) -> tuple[list[str], str | None]:
     """For a suite of local models on GPUs: the projection of its largest trial, and the one-line refusal
     when that exceeds resources.gpu_memory_gib (None when it fits or cannot be projected)."""
-    if not trials or trials[0].config.model.kind != "path" or not suite.resources.gpu:
+    if not trials or not MODELS.get(trials[0].config.model.kind).gpu_projection or not suite.resources.gpu:
         return [], None
     arch, where = architecture(trials[0].config.model.path)
     if arch is None:
@@ -154,4 +157,4 @@ def suite_lines(suite, trials) -> tuple[list[str], str | None]:
         return lines, None
     return lines, (f"resources.gpu_memory_gib: trial {trial.trial_id} projects to {worst.line()}, over the card "
                    f"(harness/suite/memory.py); set model.gradient_checkpointing: true, a smaller "
-                   f"train.micro_batch_size or model.gpu_memory_utilization, or a larger card")
+                   f"train.micro_batch_size or engine.vllm.gpu_memory_utilization, or a larger card")

@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.registry import FORWARDS, MODELS
 from harness.store import campaign, trialdir
 from harness.suite import memory
 from harness.trial import numerics
@@ -21,20 +22,13 @@ from harness.config.expand import (Suite, Trial, expand, select_trials, trial_co
                                    tune_trial)
 
 # s per 128-response step and per held-out evaluation inside a suite on the 2-core machine, transformers forward,
-# native float path; the lean forward's speed-up over it per task; the pinned path's cost over the native one;
-# the extra cost of each further update per batch. Where each figure was measured: benchmarks/README.md,
-# "Projection constants (plan.py)".
+# native float path; the pinned path's cost over the native one; the extra cost of each further update per batch
+# (a forward's own speed-up or measured figures: rollout/base.py Forward). Where each figure was measured:
+# benchmarks/README.md, "Projection constants (plan.py)".
 TINY_STEP_S = {"addrev": 0.112, "cumsum": 0.371}
 TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
 TINY_RESPONSES = 128
-LEAN_SPEEDUP = {"addrev": 1.08, "cumsum": 1 / 0.70}
 PINNED_FACTOR = 1.53
-# Engine 3 (model.forward: lean3) on its own float path, per 128-response step of one update, and per evaluation:
-# reports/reference-v3's own trials (raw.tar.gz: 80 trials of 128 steps at m = 4 minibatches, two side by side
-# on the 2-core AMD EPYC) took a median perf/step_s of 1.609 s (÷ 1 + EXTRA_MINIBATCHES for one update) and a
-# median of 21.2 s per 2,500-problem evaluation (a trial's wall time less its steps, over its 5 evaluations).
-LEAN3_STEP_S = {"cumsum-long": round(1.609 / 1.33, 3)}
-LEAN3_EVAL_S = {"cumsum-long": 21.2}
 EXTRA_UPDATE = 0.73                # a step with p full passes per batch costs 1 + EXTRA_UPDATE (p - 1) of one with p = 1
 EXTRA_MINIBATCHES = 0.33           # and, split into m > 1 minibatches, 1 + EXTRA_MINIBATCHES of that (the proximal
                                    # log-probs, m - 1 more optimizer steps; measured at m = 4, benchmarks/README.md)
@@ -122,7 +116,7 @@ def cost_lines(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root:
                          f" + {evals} evaluations x {eval_s:.1f} s / {parallel} ~ {evals * eval_s / parallel / 60:.0f} min "
                          f"of evaluation = {train_min + evals * eval_s / parallel / 60:.0f} min" if eval_s else
                          " (evaluation not included)"))
-    if todo and todo[0].config.model.kind == "path" and suite.resources.gpu:
+    if todo and _model(todo[0]).gpu_projection and suite.resources.gpu:
         lines.append(gpu_projection(todo, suite.resources.gpu))
     return lines + memory.suite_lines(suite, trials)[0]
 
@@ -152,9 +146,9 @@ def _projection(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root
     step_s, source = _step_seconds(trial_root, trials)
     evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
     eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
-              if trials[0].config.model.kind == "tiny" else 0.0)
-    if _engine3(trials):
-        eval_s = LEAN3_EVAL_S[trials[0].config.task.name]
+              if _model(trials[0]).measured else 0.0)
+    if (own := _own_figures(trials)) is not None:
+        eval_s = own.eval_s[trials[0].config.task.name]
     return steps, step_s, source, parallel, evals, eval_s
 
 
@@ -200,26 +194,27 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     if measured:
         return statistics.median(measured), f"median of {len(measured)} measured steps of this suite"
     tasks = {t.config.task.name for t in trials}
-    if _engine3(trials):
+    if (own := _own_figures(trials)) is not None:
         task = next(iter(tasks))
-        step_s = statistics.mean(LEAN3_STEP_S[task] / TINY_RESPONSES * t.config.train.prompts_per_step
+        step_s = statistics.mean(own.step_s[task] / TINY_RESPONSES * t.config.train.prompts_per_step
                                  * t.config.group_size * _updates_factor(t.config.train) for t in trials)
-        return step_s, (f"reference-v3's {LEAN3_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step of one "
-                        f"update on engine 3 (2-core AMD EPYC, two trials side by side), scaled to this suite's "
-                        f"responses and updates per step")
-    if all(t.config.model.kind == "tiny" for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
+        return step_s, (f"the measured {own.step_s[task]} s per {TINY_RESPONSES}-response {task} step of one "
+                        f"update on engine {own.engine_version} (2-core AMD EPYC, two trials side by side), scaled "
+                        f"to this suite's responses and updates per step")
+    if all(_model(t).measured for t in trials) and len(tasks) == 1 and next(iter(tasks)) in TINY_STEP_S:
         task = next(iter(tasks))
         responses = statistics.mean(t.config.train.prompts_per_step * t.config.group_size for t in trials)
-        forwards = sorted({t.config.model.forward for t in trials})
+        speedups = {t.config.forward.name: FORWARDS.get(t.config.forward.name).speedup.get(task, 1.0) for t in trials}
         pinned = _pinned_factor()
         scale = pinned / TINY_RESPONSES
-        step_s = statistics.mean(TINY_STEP_S[task] * scale / (LEAN_SPEEDUP[task] if t.config.model.forward == "lean" else 1)
+        step_s = statistics.mean(TINY_STEP_S[task] * scale / speedups[t.config.forward.name]
                                  * t.config.train.prompts_per_step * t.config.group_size
                                  * _updates_factor(t.config.train) for t in trials)
         layouts = sorted({(t.config.train.passes, t.config.train.minibatches) for t in trials})
         return (step_s, f"the tiny CPU model's {TINY_STEP_S[task]} s per {TINY_RESPONSES}-response {task} step "
                         f"(transformers forward, native float path, idle 2-core machine)"
-                        + (f" x {1 / LEAN_SPEEDUP[task]:.2f} for the lean forward" if "lean" in forwards else "")
+                        + "".join(f" x {1 / x:.2f} for the {name} forward" for name, x in sorted(speedups.items())
+                                  if x != 1.0)
                         + (f" x {PINNED_FACTOR} for the pinned float path" if pinned != 1.0 else "")
                         + (f" x (1 + {EXTRA_UPDATE} (p - 1)) (1 + {EXTRA_MINIBATCHES} [m > 1]) for p passes x m "
                            f"minibatches = {', '.join(f'{p}x{m}' for p, m in layouts)}" if layouts != [(1, 1)] else "")
@@ -227,11 +222,20 @@ def _step_seconds(suite_dir: Path, trials) -> tuple[float | None, str]:
     return None, ""
 
 
-def _engine3(trials) -> bool:
-    """Whether every trial runs a tiny base on engine 3 (lean3) on one task with a measured engine-3 figure."""
+def _model(trial):
+    """The trial's kind of starting model (bases/sources.py): what the dry run may cost it by."""
+    return MODELS.get(trial.config.model.kind, "model.kind")
+
+
+def _own_figures(trials):
+    """The forward whose own measured figures (Forward.step_s, eval_s) cost the trials: every trial runs a tiny
+    base with it on one task it has figures for (lean3 on cumsum-long); else None."""
     tasks = {t.config.task.name for t in trials}
-    return (all(t.config.model.kind == "tiny" and t.config.model.forward == "lean3" for t in trials)
-            and len(tasks) == 1 and next(iter(tasks)) in LEAN3_STEP_S)
+    forwards = {t.config.forward.name for t in trials}
+    if len(forwards) != 1 or len(tasks) != 1 or not all(_model(t).measured for t in trials):
+        return None
+    forward = FORWARDS.get(forwards.pop())
+    return forward if next(iter(tasks)) in forward.step_s else None
 
 
 def _updates_factor(train) -> float:

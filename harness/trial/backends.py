@@ -18,21 +18,24 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from harness.errors import ConfigError
 from harness.registry import BACKENDS
 from harness.store.safewrite import open_atomic
+from harness.config.components import can
 from harness.config.run import RunConfig
 from harness.trial.world import Group, Solo
 
 
 def _adamw(params, cfg: RunConfig) -> torch.optim.Optimizer:
-    """torch's AdamW; on engine version 3 its fused CPU kernel, whose square root is ATen's correctly rounded one
+    """torch's AdamW; for a forward that asks for it (lean3) its fused CPU kernel, whose square root is ATen's correctly rounded one
     (MKL's, in the per-tensor loop, is not, and differs between CPU vendors: docs/reproducibility.md §5)."""
     tc = cfg.train
-    fused = {"fused": True} if cfg.model.engine_version >= 3 else {}      # v1 and v2 keep the call they were made with
+    fused = {"fused": True} if can(cfg.forward, "fused_adamw") else {}   # v1 and v2 keep the call they were made with
     return torch.optim.AdamW(params, lr=tc.lr, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay, **fused)
 
 
@@ -59,6 +62,8 @@ def load_checkpoint(path: Path) -> dict:
 
 @BACKENDS.register("torch")
 class TorchBackend:
+    custom_forward = True          # runs the configured forward itself (the lean forwards need it)
+
     def __init__(self, model: torch.nn.Module, cfg: RunConfig, micro_batches: int, world: Solo | Group = Solo()):
         self.model = self.module = model
         self.world = world
@@ -98,7 +103,19 @@ class TorchBackend:
 DS_TAG = "state"                   # the DeepSpeed checkpoint's tag: <trial>/checkpoint.ds/state/
 
 
-@BACKENDS.register("deepspeed")
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    """`backend: {deepspeed: {...}}` (stored as model.zero_stage, model.zero_offload, their keys before
+    backends had settings)."""
+    zero_stage: int = 0                    # ZeRO stage 0..3
+    zero_offload: bool = False             # keep the optimizer states on the CPU
+
+    def validate(self, key: str) -> None:
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(f"{key}.zero_stage: must be 0, 1, 2 or 3; got {self.zero_stage}")
+
+
+@BACKENDS.register("deepspeed", settings=DeepSpeedSettings)
 class DeepSpeedBackend:
     """A DeepSpeed engine around the model; gradient accumulation over the step's micro-batches (of this
     process's rows) and, with several workers, the gradient all-reduce between them."""
@@ -113,8 +130,9 @@ class DeepSpeedBackend:
         os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
         if not torch.distributed.is_initialized():
             deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
-        zero: dict = {"stage": cfg.model.zero_stage}
-        if cfg.model.zero_offload:
+        settings = cfg.backend.settings
+        zero: dict = {"stage": settings.zero_stage}
+        if settings.zero_offload:
             zero["offload_optimizer"] = {"device": "cpu"}
         self.micro_batches = micro_batches
         # The engine divides each micro-batch's gradient by gradient_accumulation_steps and averages the workers'
@@ -173,4 +191,4 @@ def make_backend(model: torch.nn.Module, cfg: RunConfig, micro_batches: int,
                  world: Solo | Group = Solo()) -> TorchBackend | DeepSpeedBackend:
     """The configured backend (model.backend); `micro_batches` per step on this process's rows of the batch
     (world.rows)."""
-    return BACKENDS.get(cfg.model.backend, "model.backend")(model, cfg, micro_batches, world)
+    return BACKENDS.get(cfg.backend.name, "backend")(model, cfg, micro_batches, world)

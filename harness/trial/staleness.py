@@ -33,10 +33,12 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 
+from harness.errors import ConfigError
 from harness.registry import SOURCES
 from harness.config.run import RunConfig
 from harness.config.delays import DelayDistribution
@@ -262,7 +264,7 @@ class Exact:
 
     @staticmethod
     def claims(cfg: RunConfig) -> bool:
-        return cfg.async_ is None and not isinstance(cfg.delay, DelayDistribution)
+        return cfg.staleness is None and not isinstance(cfg.delay, DelayDistribution)
 
     @staticmethod
     def on_policy(cfg: RunConfig) -> bool:
@@ -279,7 +281,7 @@ class Mixed:
 
     @staticmethod
     def claims(cfg: RunConfig) -> bool:
-        return cfg.async_ is None and isinstance(cfg.delay, DelayDistribution)
+        return cfg.staleness is None and isinstance(cfg.delay, DelayDistribution)
 
     @staticmethod
     def on_policy(cfg: RunConfig) -> bool:
@@ -293,13 +295,23 @@ class Mixed:
         return MixedDelayBuffer(model, versions, cfg.delay.max, tc.updates_per_batch, tc.steps, batches)
 
 
-@SOURCES.register("async")
+@dataclass(frozen=True)
+class AsyncConfig:
+    """`staleness: {async: {...}}` (the `async:` section, as stored)."""
+    max_staleness: int = 1                 # η: a consumed batch is at most η policy versions old
+
+    def validate(self, key: str) -> None:
+        if self.max_staleness < 0:
+            raise ConfigError(f"{key}.max_staleness: must be >= 0; got {self.max_staleness}")
+
+
+@SOURCES.register("async", settings=AsyncConfig)
 class Async:
-    """The `async` section: a concurrent producer with bounded staleness."""
+    """A concurrent producer with bounded staleness (chosen by name: staleness: {async: {max_staleness: η}})."""
 
     @staticmethod
     def claims(cfg: RunConfig) -> bool:
-        return cfg.async_ is not None
+        return False
 
     @staticmethod
     def on_policy(cfg: RunConfig) -> bool:
@@ -307,7 +319,7 @@ class Async:
 
     @staticmethod
     def build(cfg: RunConfig, batches: Batches, model: torch.nn.Module, start_batch: int, start_version: int) -> Source:
-        return AsyncProducer(model, cfg.async_.max_staleness, cfg.train.updates_per_batch, cfg.train.steps, batches,
+        return AsyncProducer(model, cfg.staleness.settings.max_staleness, cfg.train.updates_per_batch, cfg.train.steps, batches,
                              start_batch=start_batch, start_version=start_version)
 
 

@@ -19,9 +19,10 @@ import torch
 from algorithms import LossInputs, aggregate, compute_loss, group_advantages, prepare_context, uses_batch_statistics
 from algorithms.proximal import interpolate_proximal
 
-from harness.registry import SOURCES, claimant
+from harness.config.components import source_of
+from harness.registry import MODELS
 from harness.bases import base_identity
-from harness.bases.models import check_eval_set, load_model, problems_sha256
+from harness.bases.models import load_model, problems_sha256
 from harness.rollout import EngineSettings, make_engine, token_logp_of
 from harness.rollout.base import Rollout
 from harness.rollout.hf import enable_checkpointing
@@ -62,18 +63,17 @@ class Trainer:
         self.eval_problems = self.task.problems(EVAL_SPLITS[cfg.eval.split],
                                                 cfg.eval.size or (cfg.task.eval_size if test else None), 0)
         self.eval_set_sha256 = problems_sha256(self.eval_problems)
-        if cfg.model.kind == "tiny" and test:
-            check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
+        if test:                                  # the frozen base's fixed eval set, where it has one
+            MODELS.get(cfg.model.kind).check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
         B = tc.prompts_per_step * cfg.group_size
         self.world = world_for(tc.workers)        # this process and its rows of each step (world.py)
         own = self.world.rows(B)
         micro_batches = -(-(own.stop - own.start) // (tc.micro_batch_size or B))      # per step, on this process
         self.backend = make_backend(self.model, cfg, micro_batches=micro_batches, world=self.world)
-        self.engine = make_engine(cfg.model.engine, self.model, self.tokenizer, path,
-                                  EngineSettings(cfg.model.forward, cfg.model.dtype, cfg.model.gpu_memory_utilization),
-                                  cfg.seed)
-        # the trainer's log-probs: model.forward, full logits or chunks through the head (model.logp_chunk_tokens)
-        self.token_logp = token_logp_of(cfg.model.forward, cfg.model.logp_chunk_tokens)
+        self.engine = make_engine(cfg.engine.name, self.model, self.tokenizer, path,
+                                  EngineSettings(cfg.forward.name, cfg.model.dtype, cfg.engine.settings), cfg.seed)
+        # the trainer's log-probs: the forward, full logits or chunks through the head (model.logp_chunk_tokens)
+        self.token_logp = token_logp_of(cfg.forward.name, cfg.model.logp_chunk_tokens)
         # training rollouts: the engine, or a copy of it whose log-probs differ from the trainer's (evaluation: the engine)
         sampler = self.engine if cfg.mismatch is None else MismatchEngine(self.tokenizer, seed=cfg.seed,
                                                                             **to_dict(cfg.mismatch))
@@ -81,7 +81,7 @@ class Trainer:
                                temperature=tc.temperature, max_new_tokens=tc.max_new_tokens,
                                problems=self.train_problems, task=self.task, sampler=sampler,
                                token_logp=self.token_logp,
-                               recompute_behavior=cfg.model.behavior_logp == "recompute",
+                               recompute_behavior=cfg.behavior_logp == "recompute",
                                pad_token_id=self.tokenizer.pad_token_id, device=self.device, world=self.world)
         self.version = 0          # optimizer updates applied so far
         self.histogram: dict[str, list[int]] | None = None   # the current batch's log ρ histograms (is_hist.jsonl)
@@ -92,7 +92,7 @@ class Trainer:
     def start_source(self, state: dict[str, Any] | None = None) -> Source:
         """Start the staleness source that serves this config (staleness.py), from the current version and batch
         (after a resume), with its checkpointed `state`."""
-        self.source = claimant(SOURCES, self.cfg).build(self.cfg, self.batches, self.model, self.batches_done, self.version)
+        self.source = source_of(self.cfg).build(self.cfg, self.batches, self.model, self.batches_done, self.version)
         if state is not None:
             self.source.load_state_dict(state)
         return self.source
