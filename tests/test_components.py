@@ -233,8 +233,8 @@ def test_vllm_and_deepspeed_are_built_from_their_own_settings(monkeypatch):
     seen = {}
 
     class FakeVLLM:
-        def __init__(self, path, tokenizer, dtype, gpu_memory_utilization, seed):
-            seen["gpu_memory_utilization"] = gpu_memory_utilization
+        def __init__(self, path, tokenizer, dtype, gpu_memory_utilization, seed, colocated):
+            seen["gpu_memory_utilization"], seen["colocated"] = gpu_memory_utilization, colocated
 
         def sync_weights(self, model, version):
             pass
@@ -252,6 +252,8 @@ def test_vllm_and_deepspeed_are_built_from_their_own_settings(monkeypatch):
         monkeypatch.setenv(key, "0")
     cfg = build_run_config({"engine": {"vllm": {"gpu_memory_utilization": 0.35}},
                             "backend": {"deepspeed": {"zero_stage": 2, "zero_offload": True}}})
-    make_engine(cfg.engine.name, None, None, None, EngineSettings(cfg.forward.name, cfg.model.dtype, cfg.engine.settings))
+    make_engine(cfg.engine.name, torch.nn.Linear(2, 2), None, None,
+                EngineSettings(cfg.forward.name, cfg.model.dtype, cfg.engine.settings))
     make_backend(torch.nn.Linear(2, 2), cfg, micro_batches=1)
-    assert seen == {"gpu_memory_utilization": 0.35, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    assert seen == {"gpu_memory_utilization": 0.35, "colocated": False,       # a CPU model: the engine is not put to sleep
+                    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
