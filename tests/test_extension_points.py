@@ -76,6 +76,27 @@ def test_a_plugin_figure_is_drawn_in_the_report(plugin, tmp_path):
     assert (tmp_path / "report" / "trial_count.png").stat().st_size > 1000
 
 
+def test_a_plugin_figure_takes_its_own_settings_from_the_suite_and_bad_ones_are_one_line(plugin, tmp_path):
+    from harness.report.html import build_report
+    from tests.fixtures.synthetic_results import write_suite
+
+    def report(figures):
+        suite = write_suite(tmp_path / "results", f"s{len(list(tmp_path.glob('results/*')))}", ("grpo", "m2po"), (0, 8),
+                            (0, 1), steps=10, suite_extra={"report": {"figures": figures}})
+        return build_report(suite, tmp_path / "report" / suite.name)
+
+    index = report({"trial_count": {"title": "Finished trials"}})
+    titles = [f["title"] for f in json.loads((index.parent / "results.json").read_text())["figures"]]
+    assert "Finished trials" in titles and "Trials per estimator" not in titles
+    for figures, message in (({"trial_count": {"title": " "}}, "^report.figures.trial_count.title: must not be empty$"),
+                             ({"trial_count": {"colour": "red"}}, "report.figures.trial_count.colour"),
+                             ({"accuracy": {"x": 1}}, "^report.figures.accuracy: takes no settings; remove it$"),
+                             ({"nope": {}}, "^report.figures.nope: no such figure; registered: accuracy, ")):
+        with pytest.raises(ConfigError, match=message):
+            report(figures)
+    assert not list((tmp_path / "report").glob("s[1-4]"))          # refused before anything was written
+
+
 def test_a_plugin_mirror_is_a_tracking_section_and_receives_a_trials_rows(plugin, tiny_base, tmp_path):
     suite = parse_suite({"suite": "s", "base": tiny_base, "tracking": {"memory": {"label": "here"}}})
     assert suite.tracking.memory == plugin.MemoryConfig("here")

@@ -169,6 +169,7 @@ BAD = [
     ("report-bad-rule", suite_dict(report={"collapse": {"patience": 0}}), "report.collapse.patience must be an integer"),
     ("report-unknown-rule", suite_dict(report={"collapse": {"patiense": 2}}), "report.collapse: unknown collapse rule"),
     ("report-foreign-baseline", suite_dict(report={"baseline": "tis"}), "report.baseline: 'tis' is not an estimator of"),
+    ("report-figures-list", suite_dict(report={"figures": ["accuracy"]}), "report.figures: expected a mapping of figure names"),
     ("tune-reversed-range", suite_dict(tune={"param": "train.lr", "low": 1e-3, "high": 1e-5}), "need 0 < low < high"),
     ("tune-unknown-key", suite_dict(tune={"param": "train.lr", "low": 1e-5, "high": 1e-3, "trails": 2}),
      "tune.trails: unknown key"),

@@ -94,6 +94,8 @@ class ReportSection:
     collapse: CollapseRules = field(default_factory=CollapseRules)
     baseline: str = DEFAULT_BASELINE
     statistic: str = "iqm"
+    figures: dict[str, dict[str, Any]] = field(default_factory=dict)  # {figure: {setting: value}}: a registered
+    # figure's own settings (its settings class, harness/registry.py FIGURES), built and checked by the report
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,13 @@ def _report(value: Any, suite: Suite) -> ReportSection:
     if not isinstance(statistic, str) or statistic not in STATISTICS:
         raise ConfigError(f"report.statistic: {short(statistic)} is not a statistic the report prints; choose one "
                           f"of {', '.join(STATISTICS.names())}")
-    return ReportSection(collapse=rules, baseline=baseline, statistic=statistic)
+    figures = value.get("figures") or {}
+    if not (isinstance(figures, Mapping) and all(isinstance(k, str) and isinstance(v, (Mapping, type(None)))
+                                                 for k, v in figures.items())):
+        raise ConfigError(f"report.figures: expected a mapping of figure names to their settings, e.g. {{trial_count: "
+                          f"{{top: 3}}}}; got {short(figures)}")
+    return ReportSection(collapse=rules, baseline=baseline, statistic=statistic,
+                         figures={k: dict(v or {}) for k, v in figures.items()})
 
 
 def _tune(value: Any, suite: Suite) -> TuneSpec | None:

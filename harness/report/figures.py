@@ -7,7 +7,8 @@ Each figure is registered in FIGURES (harness/registry.py) in page order, as a f
 ``tables`` (never one figure per trial), writes its files into ``out`` (``plotting.Output``: PNG by
 default, SVG on request) and returns a ``FigureOut`` whose caption says what is shown and over how many
 seeds, or None when the suite has nothing to show. A plugin's figure registers the same way and is drawn
-after these. How they look
+after these; one registered with a settings class (``FIGURES.register(name, settings=cls)``) is called with
+``settings=`` its object, which a suite sets under ``report: {figures: {name: {...}}}`` (``figure_settings``). How they look
 (facets, styles, legend, margins, files) is ``plotting.py``'s; ``FigureOut``, ``PlotData`` and
 ``estimator_style`` are re-exported from it. Only finished trials are drawn; diverged trials as scored
 (accuracy 0 from the divergence on; ``tables.scored_curve``).
@@ -30,6 +31,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
+from harness.config.dicts import from_dict
+from harness.errors import ConfigError
 from harness.registry import FIGURES
 from harness.report import stats
 from harness.report.load import ACC_KEY
@@ -39,6 +42,25 @@ from harness.report.plotting import (MARKERS, WRAP, FigureOut, Output, PlotData,
                                      shared_legend, wrapped_grid)
 from harness.report.render import show
 from harness.report.tables import Analysis
+
+
+def figure_settings(given: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each registered figure's settings object (``report: {figures: {name: {setting: value}}}`` over its settings
+    class's defaults), for the figures that declare a class; a ConfigError (one line) for a figure that is not
+    registered, one that takes no settings, or a bad setting, before the report writes anything."""
+    for name in given:
+        if name not in FIGURES:
+            raise ConfigError(f"report.figures.{name}: no such figure; registered: {', '.join(FIGURES.names())}")
+        if FIGURES.settings(name) is None:
+            raise ConfigError(f"report.figures.{name}: takes no settings; remove it")
+    out = {}
+    for name in FIGURES.names():
+        cls = FIGURES.settings(name)
+        if cls is not None:
+            out[name] = from_dict(cls, given.get(name, {}), f"report.figures.{name}")
+            if hasattr(out[name], "validate"):
+                out[name].validate(f"report.figures.{name}")
+    return out
 
 
 @FIGURES.register("accuracy")

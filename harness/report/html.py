@@ -89,11 +89,14 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     res = load_results(Path(results_dir))
     out_dir = Path(out_dir) if out_dir is not None else Path("reports") / suite_slug(res.name)
     _check_out_dir(out_dir)
+    own = fig.figure_settings(res.settings.figures)          # refused in one line before anything is written
     figures_out = fig.Output(out_dir, tuple(formats))
     out_dir.mkdir(parents=True, exist_ok=True)
     a = tables.analyse(res)
     plot = fig.PlotData.build(a, res.metrics, res.diagnostic_keys)
-    figures, not_drawn = _draw_figures({name: partial(figure, a, plot, figures_out) for name, figure in FIGURES})   # page order
+    jobs = {name: partial(figure, a, plot, figures_out, **({"settings": own[name]} if name in own else {}))
+            for name, figure in FIGURES}                                                 # page order
+    figures, not_drawn = _draw_figures(jobs)
     figures += importance.importance_figures(a.cell_trials, res.importance, figures_out, res.settings.baseline)
     standings = resolve.standings(a.cell_trials, a.pairs)
     own = regime.cell_regime(res.metrics, a.cell_trials, ["slice", "algorithm", "delay"])
