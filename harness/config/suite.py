@@ -297,8 +297,8 @@ def _report(value: Any, suite: Suite) -> ReportSection:
     figures = value.get("figures") or {}
     if not (isinstance(figures, Mapping) and all(isinstance(k, str) and isinstance(v, (Mapping, type(None)))
                                                  for k, v in figures.items())):
-        raise ConfigError(f"report.figures: expected a mapping of figure names to their settings, e.g. {{trial_count: "
-                          f"{{top: 3}}}}; got {short(figures)}")
+        raise ConfigError(f"report.figures: expected a mapping of figure names to their settings, e.g. {{<figure>: "
+                          f"{{<setting>: <value>}}}}; got {short(figures)}")
     return ReportSection(collapse=rules, baseline=baseline, statistic=statistic,
                          figures={k: dict(v or {}) for k, v in figures.items()})
 

@@ -108,7 +108,7 @@ class VLLMSettings:
 
 def _vllm(model: torch.nn.Module, tokenizer, path: Path | None, settings: EngineSettings, seed: int) -> RolloutEngine:
     if importlib.util.find_spec("vllm") is None:
-        raise ValueError("model.engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
+        raise ValueError("engine 'vllm' needs vLLM: pip install 'stalebench[gpu]' on a CUDA machine, "
                          "or run in the CPU side environment of scripts/setup_vllm_cpu.sh (docs/vllm.md)")
     from harness.rollout.vllm_engine import VLLMEngine
     engine = VLLMEngine(path, tokenizer, dtype=settings.dtype, gpu_memory_utilization=settings.own.gpu_memory_utilization,
