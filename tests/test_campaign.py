@@ -139,3 +139,43 @@ def test_a_fresh_clones_dry_run_counts_the_landed_trials(repo, tiny_base):
     text = dry_run(suite, [], repo / "results")
     assert "2 trials (2 grid points x seeds before removing duplicates), 1 already finished" in text
     assert "  done grpo-d2-s0" in text and "  run  grpo-d0-s0" in text
+
+
+def test_a_suite_reuses_another_campaigns_trial_only_where_its_config_is_the_same(repo, tiny_base):
+    # benchmark v4's re-tuned column: an estimator whose lr re-tuned at D is its delay-0 lr *is* the table's trial
+    from harness.config.dicts import to_dict
+    from harness.suite.plan import dry_run
+    from harness.suite.session import SuiteSession
+
+    grid = {"algorithm": ["grpo", "m2po"], "delay": [2]}
+    (repo / "retuned.yaml").write_text(yaml.safe_dump({"suite": "retuned", "base": tiny_base, "grid": grid, "seeds": [0],
+                                                       "campaign": True, "reuse": ["table"]}))
+    suite = load_suite_file(repo / "retuned.yaml")
+    trials = {t.trial_id: t for t in expand(suite)}
+    assert sorted(trials) == ["grpo-d2-s0", "m2po-d2-s0"]
+    ran = repo / "elsewhere" / "table"                     # the table's machine: the same ids, one at another lr
+    ran.mkdir(parents=True)
+    (ran / SUITE_FILE).write_text("suite: table\n")
+    for trial_id, lr in (("grpo-d2-s0", None), ("m2po-d2-s0", 3e-3)):
+        config = to_dict(trials[trial_id].config)
+        config["train"]["lr"] = lr or config["train"]["lr"]
+        (fake_trial(ran, trial_id, "completed") / "config.yaml").write_text(yaml.safe_dump(config))
+        campaign.land(ran, ran / trial_id, campaign.campaign_dir("table"))
+
+    text = dry_run(suite, [], repo / "results")
+    assert "1 already finished" in text and "  done grpo-d2-s0" in text and "  run  m2po-d2-s0" in text
+    session = SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)
+    assert [t.trial_id for t in session.pending()] == ["m2po-d2-s0"]
+    assert campaign.landed(campaign.campaign_dir("retuned")) == ["grpo-d2-s0"]
+    assert git(repo, "log", "-1", "--format=%s") == "campaign retuned: grpo-d2-s0 reused from campaigns/table\n"
+    SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)    # again: nothing new
+    assert git(repo, "log", "--format=%s").count("reused") == 1
+
+
+def test_reuse_needs_a_campaign(tmp_path, tiny_base):
+    from harness.errors import ConfigError
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "reuse": ["table"]}))
+    with pytest.raises(ConfigError, match="reuse: the trials it takes are landed as this suite's; add campaign: true"):
+        load_suite_file(path)

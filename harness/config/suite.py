@@ -17,6 +17,7 @@ reads results/<suite>/suite.yaml through the same schema that `stalebench check`
     tune: {param: train.lr, low: 1e-5, high: 1e-3, ...}            # TuneSpec (read by `stalebench tune`)
     tracking: {wandb: {project: stalebench, mode: offline}}        # tracking.TrackingConfig (mirrors)
     campaign: false                   # true: finished trials are committed to campaigns/<suite>/ as they land
+    reuse: [reference-v4]             # other campaigns whose landed trials of the same id and config are this suite's
     slice_of: reference-v3            # a slice of that suite's trials (same ids), to check row by row, not rank
 
 Every problem is a one-line ConfigError naming the key. What needs a resolved, validated run config
@@ -44,7 +45,7 @@ from harness.store.tracking.mirrors import TrackingConfig
 from harness.store.untrusted import load_yaml_text, read_text_file, short
 
 SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrides", "notes", "report", "tune",
-              "share_on_policy", "overrides_scope", "tracking", "campaign", "slice_of")
+              "share_on_policy", "overrides_scope", "tracking", "campaign", "reuse", "slice_of")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")   # a suite's name (and an estimator's: algorithms/registry.py),
                                                     # matched whole (fullmatch: no trailing newline), ASCII only
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
@@ -115,6 +116,8 @@ class Suite:
                                   # delay > 0, the base's lr in the shared delay-0 run)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
     campaign: bool = False        # finished trials committed to campaigns/<suite>/ (store/campaign.py)
+    reuse: tuple[str, ...] = ()   # campaigns whose landed trials of the same id and resolved config are this
+                                  # suite's (never run again; store/campaign.py `reuse`)
     source: str = ""              # the suite file's text (hashed for provenance)
     slice_of: str = ""            # the suite whose trials these are, cut short or fewer ("": none); its report
                                   # says so and ranks nothing (report/slice.py); not part of any trial's config
@@ -202,6 +205,12 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
     if not isinstance(campaign := data.get("campaign", False), bool):
         raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
+    reuse = data.get("reuse") or []
+    if not isinstance(reuse, list) or not all(isinstance(r, str) and NAME.fullmatch(r) and r != name for r in reuse):
+        raise _fail(where, f"reuse: expected a list of other campaigns' suite names, e.g. [reference-v4]; "
+                           f"got {short(reuse)}")
+    if reuse and not campaign:
+        raise _fail(where, "reuse: the trials it takes are landed as this suite's; add campaign: true")
     slice_of = data.get("slice_of", "")
     if not isinstance(slice_of, str) or (slice_of and not NAME.fullmatch(slice_of)) or slice_of == name:
         raise _fail(where, f"slice_of: expected the name of the suite this one is a slice of (e.g. reference-v3), "
@@ -219,7 +228,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         tracking.validate("tracking")
         suite = Suite(name, version, dict(base), grid, list(seeds), resources, {k: dict(v) for k, v in overrides.items()},
                       data.get("notes", ""), share_on_policy=share, overrides_scope=scope, tracking=tracking,
-                      campaign=campaign, source=source, slice_of=slice_of)
+                      campaign=campaign, reuse=tuple(reuse), source=source, slice_of=slice_of)
         return Suite(**{**{f.name: getattr(suite, f.name) for f in fields(Suite)},
                         "report": _report(data.get("report"), suite), "tune": _tune(data.get("tune"), suite)})
     except ConfigError as exc:

@@ -9,13 +9,16 @@ through the same checks as any untrusted archive) and, inside a git work tree, c
 machine replaced mid-suite loses at most the trials in flight. On the next machine `run`/`tune` of the same
 suite first `restore`s every landed trial into results/<suite>/ (a partial directory of the same trial is
 moved aside, never deleted), then the usual preflight (SuiteSession) takes restored trials as finished: a
-trial whose resolved config changed is still refused, and nothing runs twice.
+trial whose resolved config changed is still refused, and nothing runs twice. A suite that names other
+campaigns in `reuse:` takes from them each landed trial whose id and resolved config equal one of its own
+(`reuse`; session.py decides "equal") and lands it as its own: it is that trial, and does not run again.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 from harness.store import trialdir
 from harness.store.archive import ArchiveError, open_archive, pack_suite
@@ -28,7 +31,7 @@ def campaign_dir(suite_name: str, tuning: bool = False, root: Path = CAMPAIGNS) 
     return Path(root) / suite_name / (trialdir.TUNE_DIR if tuning else "")
 
 
-def land(suite_dir: Path, trial_dir: Path, dest: Path, commit: bool = True) -> Path | None:
+def land(suite_dir: Path, trial_dir: Path, dest: Path, commit: bool = True, why: str = "landed") -> Path | None:
     """Pack the finished trial ``trial_dir`` (of results/<suite> or its tune/) into ``dest``/<id>.tar.gz and
     commit that file alone when ``dest`` is in a git work tree. Returns the archive's path; None for a trial
     that has not finished (failed or in flight: it runs again) and for one already landed as it is now (a
@@ -43,7 +46,7 @@ def land(suite_dir: Path, trial_dir: Path, dest: Path, commit: bool = True) -> P
     if out.read_bytes() == before:
         return None
     if commit:
-        _commit(out, f"campaign {Path(suite_dir).name}: {trial_dir.name} landed")
+        _commit(out, f"campaign {Path(suite_dir).name}: {trial_dir.name} {why}")
     return out
 
 
@@ -55,7 +58,15 @@ def landed(dest: Path) -> list[str]:
 def restore(dest: Path, into: Path) -> list[str]:
     """Unpack every landed trial of ``dest`` that ``into`` lacks as a finished trial; returns their ids.
     A landed archive must hold exactly the trial it is named for (ArchiveError otherwise, nothing moved)."""
-    restored = []
+    return reuse(dest, into, lambda trial_id, trial_dir: True)
+
+
+def reuse(dest: Path, into: Path, same: Callable[[str, Path], bool], move: bool = True) -> list[str]:
+    """The landed trials of ``dest`` that ``into`` lacks as finished trials and that ``same(trial_id,
+    unpacked_trial_dir)`` accepts, unpacked into ``into`` (``move`` False: only named); returns their ids.
+    A suite's `reuse:` passes another campaign and "its resolved config equals the planned trial's": a trial
+    that equals one already run *is* that trial, never run again."""
+    taken = []
     for trial_id in landed(dest):
         target = Path(into) / trial_id
         if trialdir.read_status(target).get("status") in trialdir.FINAL:
@@ -66,14 +77,17 @@ def restore(dest: Path, into: Path) -> list[str]:
             if found != [trial_id]:
                 raise ArchiveError(f"{dest / (trial_id + SUFFIX)}: holds {found or 'no trial'}, not {trial_id}; "
                                    "remove it from the campaign or land it again")
-            if target.exists():
-                trialdir.supersede(target)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(unpacked / trial_id), str(target))
+            if not same(trial_id, unpacked / trial_id):
+                continue
+            if move:
+                if target.exists():
+                    trialdir.supersede(target)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(unpacked / trial_id), str(target))
         finally:
             shutil.rmtree(unpacked, ignore_errors=True)
-        restored.append(trial_id)
-    return restored
+        taken.append(trial_id)
+    return taken
 
 
 def _commit(path: Path, message: str) -> None:

@@ -17,6 +17,7 @@ from harness.errors import ConfigError
 from harness.registry import FORWARDS, MODELS
 from harness.store import campaign, trialdir
 from harness.suite import memory
+from harness.suite.session import same_as
 from harness.trial import numerics
 from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
                                    tune_trial)
@@ -94,6 +95,9 @@ def finished(suite: Suite, trials: list[Trial], suite_dir: Path, tuning: bool = 
     """The trials with a result: in ``suite_dir``, or (a campaign suite) landed in campaigns/, which a run
     restores before anything else, so a fresh clone's dry run counts what earlier machines finished."""
     landed = set(campaign.landed(campaign.campaign_dir(suite.name, tuning))) if suite.campaign else set()
+    if not tuning:
+        for other in suite.reuse:
+            landed |= set(campaign.reuse(campaign.campaign_dir(other), suite_dir, same_as(trials), move=False))
     return [t for t in trials if t.trial_id in landed
             or trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
 

@@ -1,13 +1,15 @@
 """One suite session: the preflight every driver of a suite shares (`run`, `tune`, `train`), in one order.
 
     1. the results directory is named (a file there is refused)                  nothing written
-       (a campaign suite's landed trials are restored into it first: store/campaign.py)
+       (a campaign suite's landed trials are restored into it first, and those of the campaigns it
+       names in `reuse:` whose id and resolved config equal its own trials': store/campaign.py)
     2. each distinct base checkpoint the trials start from is verified, once       nothing written
        (the trial kinds say which need one: kinds.py)
     3. every mirror the suite's `tracking:` asks for can work here                 nothing written
     4. results whose config changed are refused, or moved aside (on_change)        the first write
     5. results/<suite>/suite.yaml: the effective suite file (status, reports), and plan.json: every trial
-       of the suite, which a partial suite's report compares with what it finds
+       of the suite, which a partial suite's report compares with what it finds; reused trials are
+       landed in the suite's own campaign
 
 The trials are those the caller expanded once (suite.load_suite_file validated them); the driver then
 starts Ray, MLflow and the trials. Ray-free and torch-free.
@@ -22,8 +24,8 @@ from harness.config.kinds import kind_of
 from harness.config.suite import Suite
 from harness.config.expand import Trial, expand
 from harness.store.tracking.mirrors import check_mirrors
-from harness.trial.lifecycle import check_identity
-from harness.store.campaign import campaign_dir, restore
+from harness.trial.lifecycle import check_identity, same_config
+from harness.store.campaign import campaign_dir, land, restore, reuse
 from harness.store.safewrite import write_file
 from harness.store.trialdir import FINAL, PLAN, SUITE_FILE, read_status, suite_results_dir, tune_dir
 
@@ -49,14 +51,25 @@ class SuiteSession:
         if suite.campaign:                     # trials landed by earlier machines come first (store/campaign.py)
             restore(campaign_dir(suite.name), suite_dir)
             restore(campaign_dir(suite.name, tuning=True), tune_dir(suite_dir))
+        reused = {other: reuse(campaign_dir(other), suite_dir, same_as(trials)) for other in suite.reuse}
         superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
         write_suite_file(suite, suite_dir)
         write_plan(expand(suite), suite_dir)
+        for other, ids in reused.items():
+            for trial_id in ids:
+                land(suite_dir, suite_dir / trial_id, campaign_dir(suite.name), why=f"reused from campaigns/{other}")
         return cls(suite, trials, suite_dir, superseded)
 
     def pending(self) -> list[Trial]:
         """The trials not yet completed or diverged (their status.json; a changed one was moved aside)."""
         return [t for t in self.trials if read_status(self.suite_dir / t.trial_id).get("status") not in FINAL]
+
+
+def same_as(trials: list[Trial]):
+    """`reuse`'s test: a landed trial of another campaign is one of ``trials`` when its id and resolved
+    config are that trial's."""
+    by_id = {t.trial_id: t for t in trials}
+    return lambda trial_id, trial_dir: trial_id in by_id and same_config(by_id[trial_id], trial_dir)
 
 
 def verify_bases(trials: list[Trial]) -> None:

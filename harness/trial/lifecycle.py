@@ -55,6 +55,13 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
     return [t.trial_id for t, _ in changed]
 
 
+def same_config(trial: Trial, trial_dir: Path) -> bool:
+    """Whether the results in ``trial_dir`` are ``trial``'s: their config.yaml resolves to the same config
+    (check_identity's rule, for results found elsewhere: another campaign's landed trial)."""
+    old = trialdir.read_config(Path(trial_dir))
+    return old is not None and not trialdir.config_changes(old, to_dict(trial.config), to_dict(RunConfig(), every_key=True))
+
+
 def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progress: bool = False) -> dict[str, Any]:
     """Run `trial` into suite_dir/<trial_id> and return its status record, mirrored to the sink that
     `mirror` opens (an MlflowTarget, or several targets as tracking.Mirrors; None: files only).
