@@ -1,5 +1,6 @@
 """Print a committed report's first-screen readings from its results.json: each cell's regime, the staleness
-penalty with its pair tests, and every standing with the leave-one-seed-out count of its pairs.
+penalty with its pair tests and whether each curve is flat at the reference delay, and every standing with the
+leave-one-seed-out count of its pairs.
 
     python scripts/print_readings.py reports/reference-v3 [reports/reference-v3-bridge ...]
 
@@ -36,6 +37,10 @@ def readings(bundle: dict[str, Any]) -> list[str]:
     for t in bundle.get("penalty_tests", []):
         out.append(f"  penalty {t['a']} - {t['b']} at delay {t['delay']:g}: {t['difference']:+.3f}, {t['method']} "
                    f"p {t['p']:.2g}, Holm {t['p_holm']:.2g}{' (resolved)' if t['resolved'] else ''}")
+    for h in bundle.get("horizon", []):
+        out.append(f"  curve of {h['estimator']} at delay {h['delay']:g}{' (' + h['slice'] + ')' if h['slice'] else ''}: "
+                   f"{h['words']} (acc({h['last_step']}) - acc({h['mid_step']}) {h['rise']:+.3f}, SE {h['se']:.3f}, "
+                   f"{h['seeds']} seeds)")
     out.append("standings (leave-one-seed-out: tables in which the pair stays resolved):")
     for s in bundle.get("standings", []):
         out.append(f"  {s['slice'] or '-'} | {s['estimator']} | {s.get('answer_loso', s['answer'])}")

@@ -98,6 +98,39 @@ def test_matched_seeds_give_a_paired_penalty_and_a_permutation_test(tmp_path):
     assert not t.resolved
 
 
+def _curve(d: Path, tid: str, algorithm: str, delay: int, seed: int, accs: tuple[float, float, float],
+           diverged_at: int | None = None) -> None:
+    """Evaluations at steps 0, 2 and 4 (T = 4, T/2 = 2) on 2,500 problems; the final three accuracies ACCS."""
+    evals = [{"step": s, "eval/acc": a, "eval/n": 2500} for s, a in zip((0, 2, 4), accs) if diverged_at is None or s < diverged_at]
+    status = ({"status": "diverged", "step": diverged_at, "error": None, "diverged_step": diverged_at} if diverged_at
+              else {"status": "completed", "step": 4, "error": None, "diverged_step": None})
+    write_trial(d, {"trial_id": tid, "algorithm": algorithm, "delay": delay, "seed": seed},
+                [{"step": s, "loss/value": 0.1} for s in range(1, 5)], evals, status)
+
+
+def test_the_horizon_rule_says_flat_or_still_rising_beside_each_penalty(tmp_path):
+    from harness.report import horizon
+
+    d = suite_dir(tmp_path)
+    _curve(d, "a0", "a", 0, 0, (0.1, 0.50, 0.52))            # rises 0.02 and 0.00: mean 0.010
+    _curve(d, "a1", "a", 0, 1, (0.1, 0.50, 0.50))            # mean acc(4) 0.51: SE sqrt(.51 * .49 / 2500) = 0.0099980
+    _curve(d, "b0", "b", 0, 0, (0.1, 0.40, 0.41))            # rises 0.01 and -0.40 (diverged at 3: 0 at step 4)
+    _curve(d, "b1", "b", 0, 1, (0.1, 0.40, 0.0), diverged_at=3)
+    _curve(d, "a8", "a", 8, 0, (0.1, 0.30, 0.30))            # delay 8: its curves are not read; a's penalty
+    _curve(d, "a9", "a", 8, 1, (0.1, 0.30, 0.35))
+    a = tables.analyse(load_results(d))
+    found = {h.estimator: h for h in horizon.horizons(a.cell_trials, a.scored_evals)}
+    ha, hb = found["a"], found["b"]
+    assert (ha.delay, ha.last_step, ha.mid_step, ha.seeds) == (0.0, 4, 2, 2)
+    assert ha.rise == pytest.approx(0.010) and ha.se == pytest.approx(0.0099980, abs=1e-7)
+    assert not ha.flat and ha.words == "still rising at 4"  # 0.010 is not below 0.0099980
+    assert hb.rise == pytest.approx((0.01 - 0.40) / 2) and hb.flat and hb.words == "flat"
+    costs, tests = penalty.penalties(a.cell_trials)
+    (section,) = penalty.penalty_section(costs, tests, {}, list(found.values()))
+    row = section.blocks[1]["table"]["rows"][0]
+    assert row["estimator"] == "a" and row["curve at the reference delay"] == "still rising at 4 (rise +0.010, SE 0.010)"
+
+
 def test_unmatched_seeds_give_welch_intervals_and_a_welch_contrast(tmp_path):
     d = suite_dir(tmp_path)
     _cells(d, "c", 0, {0: 0.6, 1: 0.7})
@@ -176,6 +209,8 @@ def test_print_readings_prints_a_reports_first_screen_from_its_results_json(tmp_
     build_report(d, tmp_path / "out")
     lines = pr.readings(json.loads((tmp_path / "out" / "results.json").read_text()))
     assert "  - | a | 0 -> 8 | +0.100 [+0.025, +0.175] | 3 seeds, matched seeds, t" in lines
+    # evaluations at 0 and 4 only: the one nearest half the budget (2) is 0 (the earlier of a tie); 0.3 -> 0.60
+    assert "  curve of a at delay 0: still rising at 4 (acc(4) - acc(0) +0.300, SE 0.022, 3 seeds)" in lines
     # _cells logs |Λ| 0.1 on the second half and stale/mean = the delay, stale/max = delay + 0.5 (warm-up: none
     # after step 8 in 4 steps, so the delay-8 cell's mean staleness is NaN, shown as a dash)
     assert "  - | a | 0 | 0 (0.5) | 3 | 0.100 | 0.100 | 0.100 | 10.0% | — | 0.1000" in lines

@@ -31,7 +31,7 @@ from harness.store.safewrite import write_file
 from harness.store.untrusted import display, one_line
 from harness.store.untrusted_json import read_json_file
 from harness.report import figures as fig
-from harness.report import checks, importance, paper, penalty, regime, resolve, stats, tables
+from harness.report import checks, horizon, importance, paper, penalty, regime, resolve, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.report.parallel import Failed, fork_map
 from harness.report.provenance import ProvenanceSummary, rendering_info, summarize
@@ -101,10 +101,11 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
     standings = resolve.standings(a.cell_trials, a.pairs)
     own = regime.cell_regime(res.metrics, a.cell_trials, ["slice", "algorithm", "delay"])
     costs, cost_tests = penalty.penalties(a.cell_trials)
+    curves = horizon.horizons(a.cell_trials, a.scored_evals)
     labels = {float(r["delay"]): regime.staleness_label(r["delay"], r["stale_mean"], r["stale_max"])
               for r in own.to_dict("records")}
     first = [_section_record(s) for s in [*regime.regime_section(own),
-                                           *penalty.penalty_section(costs, cost_tests, labels)]]
+                                           *penalty.penalty_section(costs, cost_tests, labels, curves)]]
     extras = [_section_record(s) for s in [*_standings(standings), *_resolved_pairs(a.pairs),
                                             *report_sections(res, out_dir)]]
     prov = summarize(res.provenance)
@@ -143,6 +144,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "cell_regime": _records(own),
         "staleness_penalty": [asdict(p) for p in costs],
         "penalty_tests": [asdict(t) for t in cost_tests],
+        "horizon": [h.record() for h in curves],
         "ranking_agreement": _records(a.agreement),
         "figures": [asdict(f) for f in figures],
         "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,

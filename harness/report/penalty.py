@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from harness.report import significance, stats
+from harness.report.horizon import Horizon
 from harness.report.resolve import ALPHA
 from harness.report.render import show
 from harness.report.sections import Section
@@ -122,23 +123,31 @@ def _tests(mine: list[Penalty]) -> list[PenaltyTest]:
                         bool(q <= ALPHA), method) for (a, b, p, method), q in zip(raw, adjusted)]
 
 
-def penalty_section(found: list[Penalty], tests: list[PenaltyTest], reference: dict[float, str]) -> list[Section]:
+def penalty_section(found: list[Penalty], tests: list[PenaltyTest], reference: dict[float, str],
+                    curves: list[Horizon] = ()) -> list[Section]:
     """The first-screen section "Staleness penalty"; ``reference`` labels each reference delay with its real
-    staleness (regime.staleness_label). [] when no table has two delays."""
+    staleness (regime.staleness_label); ``curves`` (horizon.horizons) say beside each penalty whether the
+    estimator's curve at the reference delay is flat at the last evaluation. [] when no table has two delays."""
     if not found:
         return []
     tables = any(p.slice for p in found)
+    curve = {(h.slice, h.estimator): h for h in curves}
     rows = [{**({"table": p.slice} if tables else {}), "estimator": p.estimator,
              "from → to": f"delay {reference.get(p.reference_delay, show(p.reference_delay))} → {show(p.delay)}",
              "penalty [95% CI]": f"{p.penalty:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}]",
-             "seeds": f"{p.seeds} {'matched' if p.paired else 'per cell (Welch)'}"} for p in found]
+             "seeds": f"{p.seeds} {'matched' if p.paired else 'per cell (Welch)'}",
+             **({"curve at the reference delay": _curve_words(curve.get((p.slice, p.estimator)))} if curve else {})}
+            for p in found]
     text = ("What the delay costs each estimator at its own step size: mean final accuracy at the table's "
             "smallest delay minus at the larger one (positive: it lost accuracy), with a 95% interval: the seeds "
             "matched where both cells hold the same seeds (Student-t interval of the per-seed differences), "
             "else Welch's t. Below, each pair of estimators' difference of penalties: an exact permutation test "
             "on the per-seed penalties where both are matched, else Welch's t on the four cells; p-values "
             f"Holm-adjusted over the table, resolved at {ALPHA:g}. This is not the table's ranking: an estimator "
-            "can lose little to staleness and still rank low because of the step size it tolerates.")
+            "can lose little to staleness and still rank low because of the step size it tolerates."
+            + (" Beside each, its curve at the reference delay: flat when the mean rise from the evaluation nearest "
+               "half the budget to the last is below one binomial standard error of one evaluation; else still "
+               "rising, and the penalty is that of a recipe tuned for this budget." if curve else ""))
     blocks = [{"text": text}, {"table": {"columns": list(rows[0]), "rows": rows}}]
     if tests:
         trows = [{**({"table": t.slice} if tables else {}), "delay": show(t.delay), "pair": f"{t.a} − {t.b}",
@@ -146,3 +155,7 @@ def penalty_section(found: list[Penalty], tests: list[PenaltyTest], reference: d
                   "p (Holm)": f"{t.p_holm:.2g}", "resolved": "yes" if t.resolved else "no"} for t in tests]
         blocks.append({"table": {"columns": list(trows[0]), "rows": trows}})
     return [Section("Staleness penalty", blocks)]
+
+
+def _curve_words(h: Horizon | None) -> str:
+    return "—" if h is None else f"{h.words} (rise {h.rise:+.3f}, SE {h.se:.3f})"
