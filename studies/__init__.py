@@ -11,6 +11,7 @@ renders a report with them; the scripts below import the package themselves.
     claims_page.py           reports/claims/: one section per claim, every number recomputed (python -m studies.claims_page)
     design_v3.py             benchmark v3's design decisions off its design run (docs/benchmark-v3.md §3–§4)
     design_v4.py             benchmark v4's largest delay off its design run (docs/benchmark-v4.md §3)
+    answer_v4.py             benchmark v4's answer per estimator and for claim (f) (docs/benchmark-v4.md §6)
     cap_share_simulation.py  the share of groups over the cap for mean-one ratios (docs/benchmark-v3.md)
 
 scripts/ keeps a file of each script's old name that runs it, for the commands that committed suites and
