@@ -52,7 +52,8 @@ def report_first_update(results: str, step=torch.optim.AdamW.step):
             rows += [f"{key} {i:03d} {tuple(p.shape)} {digest(state[key])}" for key in ("exp_avg", "exp_avg_sq")
                      if key in state]
             rows.append(f"param {i:03d} {tuple(p.shape)} {digest(p)}")
-        n = numerics.record("cpu", 3 if "harness.rollout.lean3" in sys.modules else 1)   # engine 3 ran: name its path
+        gemm = sys.modules["harness.rollout.gemm3"].path if "harness.rollout.lean3" in sys.modules else None
+        n = numerics.record("cpu", gemm)                    # engine 3 ran: name its path
         print(f"# {n['float_path']}, {n['cpu_vendor']}, torch {n['torch']}, threads {n['threads']}", *rows, sep="\n",
               flush=True)
         shutil.rmtree(results, ignore_errors=True)

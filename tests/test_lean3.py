@@ -20,6 +20,7 @@ from harness.config.run import build_run_config
 from harness.config.dicts import to_dict
 from harness.store import trialdir
 from harness.tasks import make_task
+from harness.registry import FORWARDS
 from harness.trial import numerics
 from harness.trial.backends import make_backend
 from harness.rollout import token_logp
@@ -153,6 +154,6 @@ def test_engine_3_uses_fused_adamw_and_names_its_float_path():
     for forward, fused in (("hf", None), ("lean", None), ("lean3", True)):
         backend = make_backend(model, build_run_config({"model": {"forward": forward}}), micro_batches=1)
         assert backend.opt.defaults["fused"] is fused, forward
-    three = numerics.record("cpu", engine_version=3)
+    three = numerics.record("cpu", FORWARDS.get("lean3", "forward").gemm)
     assert three["float_path"].startswith(f"{numerics.PINNED_PATH} openblas=haswell ") and three["pinned"]
     assert numerics.record("cpu")["float_path"] == numerics.PINNED_PATH and numerics.record("cpu")["gemm"] is None

@@ -112,7 +112,7 @@ class Forward:
     response_logits: ResponseLogits
     engine: Callable[[torch.nn.Module, Any], RolloutEngine]          # (model, tokenizer) -> engine
     response_hidden: ResponseHidden = no_hidden
-    engine_version: int = 1                 # the trial's engine version (trial/numerics.py record, trial/backends.py):
+    engine_version: int = 1                 # the trial's engine version (the benchmark versions; the dry run's line):
                                             # 1 transformers, 2 the lean forward, 3 lean3 (own float path, fused AdamW)
     tiny_qwen3_only: bool = False           # written for Qwen3 models like the tiny bases: float32, an in-process
                                             # engine, a backend that runs it (the run config refuses the rest)
@@ -120,6 +120,8 @@ class Forward:
     switches_weights: bool = False          # its sampler switches weights between two decoding steps (in-flight
                                             # updates, traces of several segments: the lean engines)
     checkpointing: bool = False             # runs transformers' layers, which model.gradient_checkpointing wraps
+    gemm: Callable[[], str] | None = None   # reads back the library that computes its matrix products when not
+                                            # torch's (lean3: OpenBLAS, rollout/gemm3.py): part of its float path
     # The dry run's estimate on the tiny bases (suite/plan.py; where each figure was measured: benchmarks/README.md,
     # "Projection constants (plan.py)"), per task: its speed-up over the transformers forward's step, or its own
     # measured s per 128-response step of one update and per evaluation, which take precedence.

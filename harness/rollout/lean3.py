@@ -122,5 +122,5 @@ def engine(model: torch.nn.Module, tokenizer) -> LeanEngine:
 # dry run's cost of m > 1 minibatches, for one update) and a median of 21.2 s per 2,500-problem evaluation (a
 # trial's wall time less its steps, over its 5 evaluations).
 FORWARDS.register("lean3")(Forward(response_logits, engine, response_hidden, engine_version=3,
-                                   tiny_qwen3_only=True, fused_adamw=True, switches_weights=True,
+                                   tiny_qwen3_only=True, fused_adamw=True, switches_weights=True, gemm=gemm3.path,
                                    step_s={"cumsum-long": round(1.609 / 1.33, 3)}, eval_s={"cumsum-long": 21.2}))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.store import provenance, trialdir
+from harness.registry import FORWARDS
 from harness.trial import numerics
 from harness.config.run import ConfigError, RunConfig
 from harness.config.dicts import flatten, to_dict
@@ -80,7 +81,7 @@ def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progr
         import torch
         from algorithms import describe
         on_gpu = torch.cuda.is_available() and trial.config.model.device != "cpu"     # as the trainer decides
-        now = numerics.record("cuda" if on_gpu else "cpu", trial.config.engine_version)
+        now = numerics.record("cuda" if on_gpu else "cpu", FORWARDS.get(trial.config.forward.name, "forward").gemm)
         record = provenance.collect(config_sha256=trialdir.config_sha256(config), base=base,
                                     eval_set_sha256=eval_set_sha256, torch_threads=torch.get_num_threads(),
                                     gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,

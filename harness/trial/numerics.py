@@ -41,7 +41,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Callable, Mapping, MutableMapping
 
 from harness.errors import ConfigError
 
@@ -148,9 +148,10 @@ def _mkl(torch) -> tuple[str | None, str | None, str | None]:
     return version, name, _CBWR_BRANCHES.get(auto, f"code {auto}")
 
 
-def record(device: str = "cpu", engine_version: int = 1) -> dict[str, Any]:
+def record(device: str = "cpu", gemm: Callable[[], str] | None = None) -> dict[str, Any]:
     """The float path this process computes a trial on (`device`: "cpu" or "cuda"), read back from torch and
-    MKL (and on engine version 3, from OpenBLAS, which computes its matmuls), for the trial's provenance.
+    MKL (and, for a forward whose matrix products another library computes, from `gemm`, its `Forward.gemm`:
+    engine 3's OpenBLAS), for the trial's provenance.
 
     `float_path` and `cpu_vendor` must agree between two runs for their numbers to agree bit for bit (with
     the same packages, config and threads: IDENTITY); `pinned` says whether it is the path the rule asks for.
@@ -162,13 +163,12 @@ def record(device: str = "cpu", engine_version: int = 1) -> dict[str, Any]:
     mkl_version, cbwr, auto = _mkl(torch) if torch.backends.mkl.is_available() else (None, None, None)
     capability = torch.backends.cpu.get_cpu_capability().lower()
     path = f"aten={capability} mkl={cbwr or 'none'}"
-    gemm = None
     if device == "cuda":                   # the GPU computes the numbers: its model and CUDA decide them
         path = f"cuda={torch.cuda.get_device_name()} cuda_version={torch.version.cuda} " + path
-    elif engine_version >= 3:
-        from harness.rollout import gemm3
-        gemm = gemm3.path()
-        path = f"{path} {gemm}"
+        gemm = None
+    else:
+        gemm = gemm() if gemm is not None else None
+        path = path if gemm is None else f"{path} {gemm}"
     wanted = rule()
     pinned = path == PINNED_PATH if gemm is None else path.startswith(f"{PINNED_PATH} {PINNED_GEMM3} ")
     if wanted == "pinned" and not pinned and device == "cpu":
