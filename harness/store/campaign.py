@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from harness.store import trialdir
 from harness.store.archive import ArchiveError, open_archive, pack_suite
@@ -61,15 +61,17 @@ def restore(dest: Path, into: Path) -> list[str]:
     return reuse(dest, into, lambda trial_id, trial_dir: True)
 
 
-def reuse(dest: Path, into: Path, same: Callable[[str, Path], bool], move: bool = True) -> list[str]:
-    """The landed trials of ``dest`` that ``into`` lacks as finished trials and that ``same(trial_id,
-    unpacked_trial_dir)`` accepts, unpacked into ``into`` (``move`` False: only named); returns their ids.
+def reuse(dest: Path, into: Path, same: Callable[[str, Path], bool], move: bool = True,
+          only: Collection[str] | None = None) -> list[str]:
+    """The landed trials of ``dest`` (of the ids ``only``, if given) that ``into`` lacks as finished trials and
+    that ``same(trial_id, unpacked_trial_dir)`` accepts, unpacked into ``into`` (``move`` False: only named);
+    returns their ids.
     A suite's `reuse:` passes another campaign and "its resolved config equals the planned trial's": a trial
     that equals one already run *is* that trial, never run again."""
     taken = []
     for trial_id in landed(dest):
         target = Path(into) / trial_id
-        if trialdir.read_status(target).get("status") in trialdir.FINAL:
+        if (only is not None and trial_id not in only) or trialdir.read_status(target).get("status") in trialdir.FINAL:
             continue
         unpacked = open_archive(Path(dest) / f"{trial_id}{SUFFIX}")
         try:

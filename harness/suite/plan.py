@@ -97,7 +97,8 @@ def finished(suite: Suite, trials: list[Trial], suite_dir: Path, tuning: bool = 
     landed = set(campaign.landed(campaign.campaign_dir(suite.name, tuning))) if suite.campaign else set()
     if not tuning:
         for other in suite.reuse:
-            landed |= set(campaign.reuse(campaign.campaign_dir(other), suite_dir, same_as(trials), move=False))
+            landed |= set(campaign.reuse(campaign.campaign_dir(other), suite_dir, same_as(trials), move=False,
+                                         only={t.trial_id for t in trials}))
     return [t for t in trials if t.trial_id in landed
             or trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
 

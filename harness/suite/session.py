@@ -51,7 +51,8 @@ class SuiteSession:
         if suite.campaign:                     # trials landed by earlier machines come first (store/campaign.py)
             restore(campaign_dir(suite.name), suite_dir)
             restore(campaign_dir(suite.name, tuning=True), tune_dir(suite_dir))
-        reused = {other: reuse(campaign_dir(other), suite_dir, same_as(trials)) for other in suite.reuse}
+        ids = {t.trial_id for t in trials}
+        reused = {other: reuse(campaign_dir(other), suite_dir, same_as(trials), only=ids) for other in suite.reuse}
         superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
         write_suite_file(suite, suite_dir)
         write_plan(expand(suite), suite_dir)
