@@ -140,3 +140,25 @@ def test_progress_line_without_a_projection_says_it_does_not_know_yet(tmp_path: 
     line = ProgressLine(tmp_path, {"a": 3}, projected_s=6.0)
     clock[0] += 30                                       # 30 s in, no step yet: the 6 s projection is exceeded
     assert str(line).endswith("elapsed 0m30s | ETA ? (past the projected 0m06s)")
+
+
+def test_status_names_a_campaigns_landed_trials_on_a_machine_that_has_not_run_it(tmp_path, monkeypatch) -> None:
+    from harness.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)                          # campaigns/ is relative to where the command runs
+    tune = tmp_path / "campaigns" / "camp" / "tune"
+    tune.mkdir(parents=True)
+    for i in range(3):
+        (tune / f"tune-grpo-lr1e-05-seed100{i}.tar.gz").write_bytes(b"")
+    (tmp_path / "campaigns" / "camp" / "grpo-d0-s0.tar.gz").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"^results/camp: not run on this machine; campaign camp: 1 table and 3 "
+                                          r"tuning trials landed in campaigns/camp/ \(a run or tune of the suite "
+                                          r"restores them first\); `stalebench run` \(or `tune`\) SUITE_FILE "
+                                          r"--dry-run counts what is left$"):
+        suite_status(Path("results/camp"))
+    _trial(tmp_path / "results" / "camp", "grpo-d0-s1", {"status": "running", "step": 1})
+    assert suite_status(Path("results/camp")).splitlines()[-1] == (
+        "campaign camp: 1 table and 3 tuning trials landed in campaigns/camp/ (a run or tune of the suite restores "
+        "them first)")
+    with pytest.raises(ConfigError, match="no suite results here"):
+        suite_status(Path("results/other"))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.run import ConfigError
-from harness.store import trialdir
+from harness.store import campaign, trialdir
 from harness.store.trialdir import ENDED, PENDING, TrialRecord, is_trial_dir, last_step, read_record
 from harness.config.suite import read_suite_yaml
 
@@ -146,6 +146,10 @@ def suite_status(results_dir: Path) -> str:
     found = sorted(p.name for p in results_dir.iterdir()
                    if is_trial_dir(p) and trialdir.has_status(p)) if results_dir.is_dir() else []
     if not expected and not found:
+        landed = campaign_line(results_dir.name)
+        if landed:
+            raise ConfigError(f"{results_dir}: not run on this machine; {landed}; `stalebench run` (or `tune`) "
+                              f"SUITE_FILE --dry-run counts what is left")
         raise ConfigError(f"{results_dir}: no suite results here (expected results/<suite>/suite.yaml or trial directories)")
     ids = list(expected) + [t for t in found if t not in expected]
     rows = [_row(results_dir / t, expected.get(t)) for t in ids]
@@ -161,7 +165,17 @@ def suite_status(results_dir: Path) -> str:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: ORDER.index(s) if s in ORDER else 99))
     lines.append(f"{len(rows)} trials: {summary}")
-    return "\n".join(lines)
+    landed = campaign_line(results_dir.name)
+    return "\n".join([*lines, *([landed] if landed else [])])
+
+
+def campaign_line(name: str) -> str | None:
+    """What campaigns/<name>/ holds (store/campaign.py), or None when nothing has landed there."""
+    table, tune = (campaign.landed(campaign.campaign_dir(name, tuning)) for tuning in (False, True))
+    if not table and not tune:
+        return None
+    return (f"campaign {printable(name)}: {len(table)} table and {len(tune)} tuning trials landed in "
+            f"campaigns/{printable(name)}/ (a run or tune of the suite restores them first)")
 
 
 def _expected_trials(results_dir: Path) -> dict[str, int]:
