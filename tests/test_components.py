@@ -213,6 +213,10 @@ def test_a_model_kind_is_asked_for_its_settings_identity_eval_set_and_cost(monke
     monkeypatch.setattr(MODELS, "_entries", {**MODELS._entries, "zoo": zoo})
     assert refusal({"model": {"kind": "zoo"}}) == "model.path: the zoo's model name; set it"
     assert refusal({"model": {"kind": "nope"}}) == "model.kind: 'nope' is not valid; choose one of tiny, path, zoo"
+    # a model directory given to the tiny kind would train the frozen base instead, silently: refused
+    assert refusal({"model": {"path": "/models/qwen3"}}) == (
+        "model.path: read by model.kind path only (here kind is 'tiny', the frozen base 'tiny-addrev-v1'); set "
+        "model.kind: path to train the model there, or remove model.path")
     cfg = build_run_config({"model": {"kind": "zoo", "path": "m1"}, "task": {"name": "cumsum"}})
     assert base_identity(cfg.model) == (tmp_path, {"name": "zoo:m1", "sha256": "0" * 64})
     assert _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=cfg)]) == (None, "")   # not measured

@@ -34,6 +34,9 @@ class ModelSource:
 
 
 def _tiny_validate(model: Any, key: str) -> None:
+    if model.path is not None:          # ignored, it would train the tiny base while the user meant their model
+        raise ConfigError(f"{key}.path: read by {key}.kind path only (here kind is 'tiny', the frozen base "
+                          f"{model.base!r}); set {key}.kind: path to train the model there, or remove {key}.path")
     if model.base not in base_names():
         raise ConfigError(f"{key}.base: {model.base!r} is not valid; choose one of {', '.join(base_names())}")
 
