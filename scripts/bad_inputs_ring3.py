@@ -162,7 +162,9 @@ def ring3() -> list[Case]:
             ("seeds [-1]", suite(seeds=[-1])),
             ("beta1 -1", base(train__beta1=-1)), ("beta2 1", base(train__beta2=1.0)),
             ("tune.seed -1", suite(tune={"low": 1e-4, "high": 1e-3, "seed": -1})),
-            ("tune.sampler_seed -1", suite(tune={"low": 1e-4, "high": 1e-3, "sampler_seed": -1}))]],
+            ("tune.sampler_seed -1", suite(tune={"low": 1e-4, "high": 1e-3, "sampler_seed": -1})),
+            ("model.path with kind tiny (trained the frozen base)", base(model__path="/models/qwen3")),
+            ("reuse: without campaign: true", suite(reuse=["other"]))]],
         # ---- a path that cannot be written: one line naming it and the cause
         Case("ring3: report --out on a read-only file system", ["report", "{d}/results/s1", "--out", "/sys/stalebench"],
              setup=trial_file("eval.jsonl", EVALS)),
