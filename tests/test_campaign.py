@@ -179,3 +179,17 @@ def test_reuse_needs_a_campaign(tmp_path, tiny_base):
     path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "reuse": ["table"]}))
     with pytest.raises(ConfigError, match="reuse: the trials it takes are landed as this suite's; add campaign: true"):
         load_suite_file(path)
+
+
+def test_a_report_of_a_campaign_with_only_tuning_trials_names_them(repo):
+    from harness.report.load import load_results
+
+    suite_dir = repo / "results" / "camp"
+    suite_dir.mkdir(parents=True)
+    (suite_dir / SUITE_FILE).write_text("suite: camp\nbase: {}\n")
+    tune = campaign.campaign_dir("camp", tuning=True)
+    tune.mkdir(parents=True)
+    (tune / "tune-grpo-lr1e-05-seed1000.tar.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"run the suite first or pass another results dir; campaign camp: 0 table "
+                                         r"and 1 tuning trials landed in campaigns/camp/"):
+        load_results(suite_dir)

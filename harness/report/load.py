@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.store import trialdir
+from harness.store import campaign, trialdir
 from harness.store.untrusted import load_yaml_text
 from harness.errors import ConfigError
 from harness.report import checks
@@ -319,8 +319,9 @@ def load_results(results_dir: Path) -> SuiteResults:
     suite, sha = _read_suite(results_dir)
     dirs = _trial_dirs(results_dir)
     if not dirs:
+        landed = campaign.summary(results_dir.name)
         raise ValueError(f"{results_dir} holds no trial directories (<trial_id>/params.json, ...); run the "
-                         "suite first or pass another results dir")
+                         "suite first or pass another results dir" + (f"; {landed}" if landed else ""))
     trial_rows, metric_parts, eval_parts, provenance, importance = [], [], [], {}, {}
     expected, plan_notes = _expected(results_dir)
     grid, seeds = _suite_points(results_dir, suite)

@@ -92,6 +92,15 @@ def reuse(dest: Path, into: Path, same: Callable[[str, Path], bool], move: bool 
     return taken
 
 
+def summary(name: str) -> str | None:
+    """What campaigns/<name>/ holds, in one line; None when nothing has landed there."""
+    table, tune = (landed(campaign_dir(name, tuning)) for tuning in (False, True))
+    if not table and not tune:
+        return None
+    return (f"campaign {name}: {len(table)} table and {len(tune)} tuning trials landed in campaigns/{name}/ "
+            f"(a run or tune of the suite restores them first)")
+
+
 def _commit(path: Path, message: str) -> None:
     """Commit ``path`` alone (other staged changes stay staged, not committed); quiet when not in git."""
     path = path.resolve()

@@ -146,7 +146,7 @@ def suite_status(results_dir: Path) -> str:
     found = sorted(p.name for p in results_dir.iterdir()
                    if is_trial_dir(p) and trialdir.has_status(p)) if results_dir.is_dir() else []
     if not expected and not found:
-        landed = campaign_line(results_dir.name)
+        landed = printable(campaign.summary(results_dir.name) or "")
         if landed:
             raise ConfigError(f"{results_dir}: not run on this machine; {landed}; `stalebench run` (or `tune`) "
                               f"SUITE_FILE --dry-run counts what is left")
@@ -165,17 +165,9 @@ def suite_status(results_dir: Path) -> str:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: ORDER.index(s) if s in ORDER else 99))
     lines.append(f"{len(rows)} trials: {summary}")
-    landed = campaign_line(results_dir.name)
+    landed = printable(campaign.summary(results_dir.name) or "")
     return "\n".join([*lines, *([landed] if landed else [])])
 
-
-def campaign_line(name: str) -> str | None:
-    """What campaigns/<name>/ holds (store/campaign.py), or None when nothing has landed there."""
-    table, tune = (campaign.landed(campaign.campaign_dir(name, tuning)) for tuning in (False, True))
-    if not table and not tune:
-        return None
-    return (f"campaign {printable(name)}: {len(table)} table and {len(tune)} tuning trials landed in "
-            f"campaigns/{printable(name)}/ (a run or tune of the suite restores them first)")
 
 
 def _expected_trials(results_dir: Path) -> dict[str, int]:
