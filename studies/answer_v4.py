@@ -13,7 +13,8 @@ from the same functions the report uses (harness/report: penalty, horizon, resol
 - the cap rule of §3 read again, in gmc_grpo's cells at D (fixed and re-tuned): `gmc/capped_frac`, per trial the
   mean over the second half of its steps, then the mean over seeds, against MIN_CAPPED;
 - claim (f): gmc_grpo is *best under large delays* on v4 when it is resolved above every other estimator in the
-  re-tuned column at D (its standing is "best") **and** its cap binds there by §3's rule;
+  re-tuned column at D (its standing is "best") **and** its cap binds there by §3's rule; read only once every
+  trial of the re-tuned column's plan (plan.json) has finished;
 - the trust-region question: gmc_grpo_prox − gmc_grpo at D, fixed and re-tuned, Welch intervals.
 
 Nothing is printed for what is not there yet (a cell with fewer than 2 finished seeds; RETUNED not given).
@@ -24,10 +25,10 @@ import argparse
 import contextlib
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
 
 from harness.report import horizon, penalty, resolve, stats, tables
-from harness.report.load import load_results
+from harness.report.load import SuiteResults, load_results
 from harness.store import trialdir
 from harness.store.archive import committed_results
 from studies.design_v4 import MIN_CAPPED
@@ -36,13 +37,14 @@ CAPPED = "gmc/capped_frac"
 CLAIMED, TRUST_REGION = "gmc_grpo", "gmc_grpo_prox"
 
 
-def _finals(a: tables.Analysis, delay: float) -> dict[str, np.ndarray]:
-    """Estimator -> its finished trials' final accuracies (the report's scoring) at ``delay``."""
-    done = a.cell_trials[a.cell_trials["status"].isin(trialdir.FINAL) & (a.cell_trials["delay"].astype(float) == delay)]
-    return {str(k): g["final_acc"].to_numpy(dtype=float) for k, g in done.groupby("algorithm", sort=True)}
+def _finals(a: tables.Analysis, delay: float) -> dict[str, pd.Series]:
+    """Estimator -> its finished trials' final accuracies (the report's scoring) at ``delay``, by trial id."""
+    t = a.cell_trials
+    done = t[t["status"].isin(trialdir.FINAL) & (t["delay"].astype(float) == delay) & t["final_acc"].notna()]
+    return {str(k): g.set_index("trial_id")["final_acc"].astype(float) for k, g in done.groupby("algorithm", sort=True)}
 
 
-def capped(res, a: tables.Analysis, estimator: str, delay: float) -> tuple[float, int] | None:
+def capped(res: SuiteResults, a: tables.Analysis, estimator: str, delay: float) -> tuple[float, int] | None:
     """§3's quantity in one cell: the mean over its finished trials of each trial's mean `gmc/capped_frac`
     over the second half of its steps, and the number of trials; None when no trial logged it."""
     m = res.metrics
@@ -59,19 +61,36 @@ def capped(res, a: tables.Analysis, estimator: str, delay: float) -> tuple[float
     return float(per_trial.mean()), int(per_trial.size)
 
 
-def _difference(b: np.ndarray | None, a: np.ndarray | None) -> str:
+def unfinished(res: SuiteResults) -> int | None:
+    """How many trials of the suite's plan (plan.json) have not finished; None without a plan."""
+    if not res.expected:
+        return None
+    done = set(res.trials.loc[res.trials["status"].isin(trialdir.FINAL), "trial_id"])
+    return sum(trial_id not in done for trial_id, _ in res.expected)
+
+
+def _difference(b: pd.Series | None, a: pd.Series | None) -> str:
+    """B − A with its Welch interval; the same trials on both sides (reused: the lr re-tuned at D is the
+    delay-0 lr) are said to be so."""
     if a is None or b is None or min(a.size, b.size) < 2:
         return "not yet (fewer than 2 seeds a side)"
-    e = stats.difference_estimate(b, a, statistic=stats.MEAN)
-    return f"{e.point:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}] (Welch, {b.size} and {a.size} seeds)"
+    if a.sort_index().equals(b.sort_index()):
+        return "0 (the same trials: its lr re-tuned there is its delay-0 lr)"
+    e = stats.difference_estimate(b.to_numpy(), a.to_numpy(), statistic=stats.MEAN)
+    return f"{e.point:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}] (95% Welch, {b.size} and {a.size} seeds)"
 
 
 def _cap_words(found: tuple[float, int] | None) -> str:
     if found is None:
         return "not measured (no finished trial logged gmc/capped_frac)"
     share, n = found
-    return (f"binds in {100 * share:.1f}% of groups ({n} seeds; the rule asks >= {100 * MIN_CAPPED:.0f}%): "
+    return (f"capped in {100 * share:.1f}% of groups ({n} seeds; the rule asks >= {100 * MIN_CAPPED:.0f}%): the cap "
             + ("binds" if share >= MIN_CAPPED else "does not bind"))
+
+
+def _penalty_words(p: penalty.Penalty) -> str:
+    how = "matched seeds, t" if p.paired else "Welch"
+    return f"{p.penalty:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}] at {p.delay:g} (95% CI, {p.seeds} seeds, {how})"
 
 
 def _delays(a: tables.Analysis | None) -> list[float]:
@@ -94,27 +113,30 @@ def answer(table_dir: Path, retuned_dir: Path | None = None, labels: tuple[str, 
     again = _finals(r, top) if r is not None else {}
     out = [f"benchmark v4's answer: table {labels[0]} (delays {', '.join(f'{d:g}' for d in delays)}), re-tuned column "
            + (labels[1] if retuned_dir is not None else "not given")]
-    for est in sorted({*a.cell_trials["algorithm"].astype(str), *(r.cell_trials["algorithm"].astype(str) if r is not None else ())}):
-        costs_of = [f"{p.penalty:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}] at {p.delay:g}" for p in costs if p.estimator == est]
+    names = {*a.cell_trials["algorithm"].astype(str), *(r.cell_trials["algorithm"].astype(str) if r is not None else ())}
+    for est in sorted(names):
+        costs_of = [_penalty_words(p) for p in costs if p.estimator == est]
         h = curves.get(est)
         s = standing.get(est)
         out.append(f"  {est}: penalty {'; '.join(costs_of) or 'not yet'}; curve at delay {delays[0]:g}: "
                    f"{h.words if h else 'not yet'}; re-tuned at {top:g}: {s.answer_loso if s else 'not yet'}; "
                    f"re-tuned minus fixed at {top:g}: {_difference(again.get(est), fixed.get(est))}")
-    cap_fixed = capped(res, a, CLAIMED, top)
     cap_again = capped(r_res, r, CLAIMED, top) if r is not None else None
-    out += [f"  {CLAIMED}'s cap at {top:g}, fixed lr: {_cap_words(cap_fixed)}",
-            f"  {CLAIMED}'s cap at {top:g}, re-tuned lr: {_cap_words(cap_again) if r is not None else 'not yet'}"]
+    out += [f"  {CLAIMED} at {top:g}, fixed lr: {_cap_words(capped(res, a, CLAIMED, top))}",
+            f"  {CLAIMED} at {top:g}, re-tuned lr: {_cap_words(cap_again) if r is not None else 'not yet'}"]
+    left = unfinished(r_res) if r_res is not None else None
     best = standing.get(CLAIMED)
-    if best is None or cap_again is None:
-        out.append(f"claim (f), {CLAIMED} best under large delays: not yet read (the re-tuned column at {top:g} is "
-                   "not finished)")
+    if best is None or cap_again is None or left != 0:
+        why = ("the re-tuned column is not given" if r is None else "the re-tuned column has no plan.json"
+               if left is None else f"{left} planned trial(s) of the re-tuned column not finished" if left else
+               f"{CLAIMED} has no standing or cap there")
+        out.append(f"claim (f), {CLAIMED} best under large delays: not yet read ({why})")
     else:
         binds = cap_again[0] >= MIN_CAPPED
         verdict = "yes" if best.verdict == "best" and binds else "no"
         out.append(f"claim (f), {CLAIMED} best under large delays on v4: {verdict} (re-tuned at {top:g}: "
                    f"{best.answer_loso}; its cap {'binds' if binds else 'does not bind'} there)")
-    out.append(f"trust region, {TRUST_REGION} − {CLAIMED} at {top:g}: fixed "
+    out.append(f"trust region, {TRUST_REGION} - {CLAIMED} at {top:g}: fixed "
                f"{_difference(fixed.get(TRUST_REGION), fixed.get(CLAIMED))}; re-tuned "
                f"{_difference(again.get(TRUST_REGION), again.get(CLAIMED)) if r is not None else 'not yet'}")
     return out

@@ -141,35 +141,63 @@ def test_a_fresh_clones_dry_run_counts_the_landed_trials(repo, tiny_base):
     assert "  done grpo-d2-s0" in text and "  run  grpo-d0-s0" in text
 
 
+def _table_and_retuned(repo: Path, tiny_base: dict) -> tuple:
+    """Benchmark v4's shape in small: a table suite (delays 0 and 2; m2po at another lr) has run and landed its
+    trials; a re-tuned suite (delay 2 alone, reuse: [table]) plans the same ids. Returns (retuned suite, its
+    trials by id, the table's results directory)."""
+    from harness.config.dicts import to_dict
+
+    grid = {"algorithm": ["grpo", "m2po"], "delay": [0, 2]}
+    (repo / "table.yaml").write_text(yaml.safe_dump({"suite": "table", "base": tiny_base, "grid": grid, "seeds": [0],
+                                                     "campaign": True, "overrides": {"m2po": {"train.lr": 3e-3}},
+                                                     "notes": "the table"}))
+    (repo / "retuned.yaml").write_text(yaml.safe_dump({"suite": "retuned", "base": tiny_base, "seeds": [0],
+                                                       "grid": {**grid, "delay": [2]}, "campaign": True,
+                                                       "reuse": ["table"]}))
+    ran = repo / "elsewhere" / "table"                     # the table's machine
+    ran.mkdir(parents=True)
+    (ran / SUITE_FILE).write_text("suite: table\n")
+    for t in expand(load_suite_file(repo / "table.yaml")):
+        (fake_trial(ran, t.trial_id, "completed") / "config.yaml").write_text(yaml.safe_dump(to_dict(t.config)))
+        campaign.land(ran, ran / t.trial_id, campaign.campaign_dir("table"))
+    suite = load_suite_file(repo / "retuned.yaml")
+    return suite, {t.trial_id: t for t in expand(suite)}, ran
+
+
 def test_a_suite_reuses_another_campaigns_trial_only_where_its_config_is_the_same(repo, tiny_base):
     # benchmark v4's re-tuned column: an estimator whose lr re-tuned at D is its delay-0 lr *is* the table's trial
-    from harness.config.dicts import to_dict
     from harness.suite.plan import dry_run
     from harness.suite.session import SuiteSession
 
-    grid = {"algorithm": ["grpo", "m2po"], "delay": [2]}
-    (repo / "retuned.yaml").write_text(yaml.safe_dump({"suite": "retuned", "base": tiny_base, "grid": grid, "seeds": [0],
-                                                       "campaign": True, "reuse": ["table"]}))
-    suite = load_suite_file(repo / "retuned.yaml")
-    trials = {t.trial_id: t for t in expand(suite)}
-    assert sorted(trials) == ["grpo-d2-s0", "m2po-d2-s0"]
-    ran = repo / "elsewhere" / "table"                     # the table's machine: the same ids, one at another lr
-    ran.mkdir(parents=True)
-    (ran / SUITE_FILE).write_text("suite: table\n")
-    for trial_id, lr in (("grpo-d2-s0", None), ("m2po-d2-s0", 3e-3)):
-        config = to_dict(trials[trial_id].config)
-        config["train"]["lr"] = lr or config["train"]["lr"]
-        (fake_trial(ran, trial_id, "completed") / "config.yaml").write_text(yaml.safe_dump(config))
-        campaign.land(ran, ran / trial_id, campaign.campaign_dir("table"))
-
+    suite, trials, _ = _table_and_retuned(repo, tiny_base)
+    assert sorted(trials) == ["grpo-d2-s0", "m2po-d2-s0"]     # m2po runs at the base lr here, at 3e-3 there
     text = dry_run(suite, [], repo / "results")
     assert "1 already finished" in text and "  done grpo-d2-s0" in text and "  run  m2po-d2-s0" in text
+    assert "  reuse: 1 trial of campaigns/table/ with the same config\n" in text
     session = SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)
     assert [t.trial_id for t in session.pending()] == ["m2po-d2-s0"]
     assert campaign.landed(campaign.campaign_dir("retuned")) == ["grpo-d2-s0"]
     assert git(repo, "log", "-1", "--format=%s") == "campaign retuned: grpo-d2-s0 reused from campaigns/table\n"
     SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)    # again: nothing new
     assert git(repo, "log", "--format=%s").count("reused") == 1
+    # a fresh clone: the trial is landed in both campaigns, and counted once
+    assert "2 trials (2 grid points x seeds before removing duplicates), 1 already finished" in dry_run(
+        suite, [], repo / "fresh")
+
+
+def test_reuse_passes_over_a_damaged_archive_and_never_acts_outside_a_campaign(repo, tiny_base, capfd):
+    from dataclasses import replace
+
+    from harness.suite.session import SuiteSession
+
+    suite, trials, _ = _table_and_retuned(repo, tiny_base)
+    # reproduce reruns a suite's trials as a plain suite (campaign False): nothing is taken, nothing committed
+    plain = SuiteSession.open(replace(suite, campaign=False), list(trials.values()), repo / "plain", mirrored=False)
+    assert len(plain.pending()) == 2 and "reused" not in git(repo, "log", "--format=%s")
+    (campaign.campaign_dir("table") / "grpo-d2-s0.tar.gz").write_bytes(b"not a gzip")
+    session = SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)
+    assert len(session.pending()) == 2                    # it runs here
+    assert "stalebench: warning: not reused, runs here instead: " in capfd.readouterr().err
 
 
 def test_reuse_needs_a_campaign(tmp_path, tiny_base):
@@ -179,6 +207,10 @@ def test_reuse_needs_a_campaign(tmp_path, tiny_base):
     path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "reuse": ["table"]}))
     with pytest.raises(ConfigError, match="reuse: the trials it takes are landed as this suite's; add campaign: true"):
         load_suite_file(path)
+    for value in ("", False, 0, "table"):
+        path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "campaign": True, "reuse": value}))
+        with pytest.raises(ConfigError, match="reuse: expected a list of other campaigns' suite names"):
+            load_suite_file(path)
 
 
 def test_a_report_of_a_campaign_with_only_tuning_trials_names_them(repo):

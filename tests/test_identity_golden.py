@@ -44,7 +44,8 @@ def test_every_committed_trial_resolves_to_its_stored_identity(report):
 def test_the_golden_file_covers_every_suite_and_report():
     suites = {str(p.relative_to(ROOT)) for p in [*(ROOT / "suites").glob("*.yaml"), *(ROOT / "examples").rglob("*.yaml")]}
     assert suites == set(GOLDEN["suites"]) | set(GOLDEN["skipped"]), (
-        "a new suite or report: add its identities with tests/fixtures/write_identity_golden.py --add PATH")
+        "a new suite or report: add its identities with tests/fixtures/write_identity_golden.py --add PATH "
+        "(a report: and the count of committed trials below)")
     assert set(GOLDEN["skipped"]) == {"examples/stalebench-plugin-example/quickstart-seq_tis.yaml"}   # its estimator
     reports = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "reports").glob("*/raw*.tar.gz")}  # is a plugin's
     assert reports == set(GOLDEN["committed"]) and sum(map(len, GOLDEN["committed"].values())) == 796

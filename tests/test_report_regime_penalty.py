@@ -98,14 +98,17 @@ def test_matched_seeds_give_a_paired_penalty_and_a_permutation_test(tmp_path):
     assert not t.resolved
 
 
-def _curve(d: Path, tid: str, algorithm: str, delay: int, seed: int, accs: tuple[float, float, float],
-           diverged_at: int | None = None) -> None:
-    """Evaluations at steps 0, 2 and 4 (T = 4, T/2 = 2) on 2,500 problems; the final three accuracies ACCS."""
-    evals = [{"step": s, "eval/acc": a, "eval/n": 2500} for s, a in zip((0, 2, 4), accs) if diverged_at is None or s < diverged_at]
+def _curve(d: Path, tid: str, algorithm: str, delay: int, seed: int, accs: tuple[float, ...],
+           diverged_at: int | None = None, steps: tuple[int, ...] = (0, 2, 4)) -> None:
+    """Evaluations at STEPS (default 0, 2, 4: T = 4, T/2 = 2) on 2,500 problems with accuracies ACCS; a
+    diverged trial stops at DIVERGED_AT (the report scores it 0 from there)."""
+    evals = [{"step": s, "eval/acc": a, "eval/n": 2500} for s, a in zip(steps, accs)
+             if diverged_at is None or s < diverged_at]
+    last = steps[-1]
     status = ({"status": "diverged", "step": diverged_at, "error": None, "diverged_step": diverged_at} if diverged_at
-              else {"status": "completed", "step": 4, "error": None, "diverged_step": None})
+              else {"status": "completed", "step": last, "error": None, "diverged_step": None})
     write_trial(d, {"trial_id": tid, "algorithm": algorithm, "delay": delay, "seed": seed},
-                [{"step": s, "loss/value": 0.1} for s in range(1, 5)], evals, status)
+                [{"step": s, "loss/value": 0.1} for s in range(1, last + 1)], evals, status)
 
 
 def test_the_horizon_rule_says_flat_or_still_rising_beside_each_penalty(tmp_path):
@@ -116,19 +119,36 @@ def test_the_horizon_rule_says_flat_or_still_rising_beside_each_penalty(tmp_path
     _curve(d, "a1", "a", 0, 1, (0.1, 0.50, 0.50))            # mean acc(4) 0.51: SE sqrt(.51 * .49 / 2500) = 0.0099980
     _curve(d, "b0", "b", 0, 0, (0.1, 0.40, 0.41))            # rises 0.01 and -0.40 (diverged at 3: 0 at step 4)
     _curve(d, "b1", "b", 0, 1, (0.1, 0.40, 0.0), diverged_at=3)
+    _curve(d, "c0", "c", 0, 0, (0.1, 0.30, 0.0), diverged_at=1)   # both diverged at step 1: 0 at 2 and 4
+    _curve(d, "c1", "c", 0, 1, (0.1, 0.30, 0.0), diverged_at=1)
+    _curve(d, "e0", "e", 0, 0, (0.1, 0.50, 0.60))            # one seed: no verdict
     _curve(d, "a8", "a", 8, 0, (0.1, 0.30, 0.30))            # delay 8: its curves are not read; a's penalty
     _curve(d, "a9", "a", 8, 1, (0.1, 0.30, 0.35))
     a = tables.analyse(load_results(d))
     found = {h.estimator: h for h in horizon.horizons(a.cell_trials, a.scored_evals)}
-    ha, hb = found["a"], found["b"]
+    assert sorted(found) == ["a", "b", "c"]
+    ha, hb, hc = found["a"], found["b"], found["c"]
     assert (ha.delay, ha.last_step, ha.mid_step, ha.seeds) == (0.0, 4, 2, 2)
     assert ha.rise == pytest.approx(0.010) and ha.se == pytest.approx(0.0099980, abs=1e-7)
     assert not ha.flat and ha.words == "still rising at 4"  # 0.010 is not below 0.0099980
-    assert hb.rise == pytest.approx((0.01 - 0.40) / 2) and hb.flat and hb.words == "flat"
+    assert hb.rise == pytest.approx((0.01 - 0.40) / 2) and hb.flat and hb.words == "falling at 4"
+    assert (hc.rise, hc.se, hc.flat, hc.words) == (0.0, 0.0, True, "0 at 4 on every seed")
     costs, tests = penalty.penalties(a.cell_trials)
     (section,) = penalty.penalty_section(costs, tests, {}, list(found.values()))
     row = section.blocks[1]["table"]["rows"][0]
     assert row["estimator"] == "a" and row["curve at the reference delay"] == "still rising at 4 (rise +0.010, SE 0.010)"
+
+
+def test_the_horizon_compares_the_last_evaluation_with_the_one_nearest_half_the_budget(tmp_path):
+    from harness.report import horizon
+
+    d = suite_dir(tmp_path)
+    v4 = (0, 32, 64, 96, 128)                                # benchmark v4's evaluations: acc(128) - acc(64)
+    _curve(d, "a0", "a", 0, 0, (0.1, 0.2, 0.40, 0.90, 0.41), steps=v4)
+    _curve(d, "a1", "a", 0, 1, (0.1, 0.2, 0.40, 0.10, 0.41), steps=v4)   # rise 0.01 each; SE sqrt(.41 .59/2500) .0098
+    (h,) = horizon.horizons(*(lambda a: (a.cell_trials, a.scored_evals))(tables.analyse(load_results(d))))
+    assert (h.last_step, h.mid_step) == (128, 64) and h.rise == pytest.approx(0.01)
+    assert h.se == pytest.approx(0.0098367, abs=1e-6) and h.words == "still rising at 128"
 
 
 def test_unmatched_seeds_give_welch_intervals_and_a_welch_contrast(tmp_path):

@@ -205,7 +205,7 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
         raise _fail(where, f"share_on_policy: expected true or false; got {share!r}")
     if not isinstance(campaign := data.get("campaign", False), bool):
         raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
-    reuse = data.get("reuse") or []
+    reuse = [] if data.get("reuse") is None else data["reuse"]          # `reuse:` left empty: none
     if not isinstance(reuse, list) or not all(isinstance(r, str) and NAME.fullmatch(r) and r != name for r in reuse):
         raise _fail(where, f"reuse: expected a list of other campaigns' suite names, e.g. [reference-v4]; "
                            f"got {short(reuse)}")

@@ -11,12 +11,13 @@ suite first `restore`s every landed trial into results/<suite>/ (a partial direc
 moved aside, never deleted), then the usual preflight (SuiteSession) takes restored trials as finished: a
 trial whose resolved config changed is still refused, and nothing runs twice. A suite that names other
 campaigns in `reuse:` takes from them each landed trial whose id and resolved config equal one of its own
-(`reuse`; session.py decides "equal") and lands it as its own: it is that trial, and does not run again.
+(`take`; session.py decides "equal") and lands it as its own: it is that trial, and does not run again.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Collection
 
@@ -58,28 +59,36 @@ def landed(dest: Path) -> list[str]:
 def restore(dest: Path, into: Path) -> list[str]:
     """Unpack every landed trial of ``dest`` that ``into`` lacks as a finished trial; returns their ids.
     A landed archive must hold exactly the trial it is named for (ArchiveError otherwise, nothing moved)."""
-    return reuse(dest, into, lambda trial_id, trial_dir: True)
+    return take(dest, into, lambda trial_dir: True)
 
 
-def reuse(dest: Path, into: Path, same: Callable[[str, Path], bool], move: bool = True,
-          only: Collection[str] | None = None) -> list[str]:
+def take(dest: Path, into: Path, accept: Callable[[Path], bool], only: Collection[str] | None = None,
+         move: bool = True, strict: bool = True) -> list[str]:
     """The landed trials of ``dest`` (of the ids ``only``, if given) that ``into`` lacks as finished trials and
-    that ``same(trial_id, unpacked_trial_dir)`` accepts, unpacked into ``into`` (``move`` False: only named);
-    returns their ids.
-    A suite's `reuse:` passes another campaign and "its resolved config equals the planned trial's": a trial
-    that equals one already run *is* that trial, never run again."""
+    whose unpacked directory ``accept`` takes, unpacked into ``into`` (``move`` False: only named); returns
+    their ids. A suite's `reuse:` takes from another campaign the trials whose resolved config is its own
+    trial's (session.py): a trial that equals one already run *is* that trial. ``strict`` False (another
+    campaign's archive): a damaged archive is passed over with a warning and its trial runs here."""
     taken = []
     for trial_id in landed(dest):
         target = Path(into) / trial_id
         if (only is not None and trial_id not in only) or trialdir.read_status(target).get("status") in trialdir.FINAL:
             continue
-        unpacked = open_archive(Path(dest) / f"{trial_id}{SUFFIX}")
+        try:
+            unpacked = open_archive(Path(dest) / f"{trial_id}{SUFFIX}")
+        except ArchiveError as exc:
+            if strict:
+                raise
+            print(f"stalebench: warning: not reused, runs here instead: {exc}", file=sys.stderr)
+            continue
         try:
             found = [d.name for d in unpacked.iterdir() if trialdir.is_trial_dir(d)]
             if found != [trial_id]:
+                if not strict:
+                    continue
                 raise ArchiveError(f"{dest / (trial_id + SUFFIX)}: holds {found or 'no trial'}, not {trial_id}; "
                                    "remove it from the campaign or land it again")
-            if not same(trial_id, unpacked / trial_id):
+            if not accept(unpacked / trial_id):
                 continue
             if move:
                 if target.exists():

@@ -17,7 +17,7 @@ from harness.errors import ConfigError
 from harness.registry import FORWARDS, MODELS
 from harness.store import campaign, trialdir
 from harness.suite import memory
-from harness.suite.session import same_as
+from harness.suite.session import reuse
 from harness.trial import numerics
 from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
                                    tune_trial)
@@ -46,9 +46,13 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     trials = select_trials(expand(suite) if trials is None else trials, only)
     check_memory(suite, trials)
     suite_dir = Path(results_root) / suite.name
-    done = finished(suite, trials, suite_dir)
+    reused = reuse(suite, trials, suite_dir, move=False)     # landed in the campaigns of `reuse:`, same config
+    done = finished(suite, trials, suite_dir, also={i for taken in reused.values() for i in taken})
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
              f"duplicates), {len(done)} already finished"]
+    for other, taken in reused.items():
+        none = "" if campaign.landed(campaign.campaign_dir(other)) else " (it holds no landed table trial yet)"
+        lines.append(f"  reuse: {_count(len(taken), 'trial')} of campaigns/{other}/ with the same config{none}")
     for key, values in suite.grid.items():
         lines.append(f"  {key}: {', '.join(map(str, values))}")
     lines.append(f"  seeds: {', '.join(map(str, suite.seeds))}")
@@ -91,14 +95,13 @@ def tune_dry_run(suite: Suite, results_root: Path) -> str:
     return "\n".join(lines)
 
 
-def finished(suite: Suite, trials: list[Trial], suite_dir: Path, tuning: bool = False) -> list[Trial]:
+def finished(suite: Suite, trials: list[Trial], suite_dir: Path, tuning: bool = False,
+             also: set[str] = frozenset()) -> list[Trial]:
     """The trials with a result: in ``suite_dir``, or (a campaign suite) landed in campaigns/, which a run
-    restores before anything else, so a fresh clone's dry run counts what earlier machines finished."""
+    restores before anything else, so a fresh clone's dry run counts what earlier machines finished; and the
+    ids ``also`` (those a run would take from the campaigns of `reuse:`)."""
     landed = set(campaign.landed(campaign.campaign_dir(suite.name, tuning))) if suite.campaign else set()
-    if not tuning:
-        for other in suite.reuse:
-            landed |= set(campaign.reuse(campaign.campaign_dir(other), suite_dir, same_as(trials), move=False,
-                                         only={t.trial_id for t in trials}))
+    landed |= also
     return [t for t in trials if t.trial_id in landed
             or trialdir.read_status(suite_dir / t.trial_id).get("status") in trialdir.FINAL]
 

@@ -24,8 +24,8 @@ from harness.config.kinds import kind_of
 from harness.config.suite import Suite
 from harness.config.expand import Trial, expand
 from harness.store.tracking.mirrors import check_mirrors
-from harness.trial.lifecycle import check_identity, same_config
-from harness.store.campaign import campaign_dir, land, restore, reuse
+from harness.trial.lifecycle import check_identity, same_as
+from harness.store.campaign import campaign_dir, land, landed, restore, take
 from harness.store.safewrite import write_file
 from harness.store.trialdir import FINAL, PLAN, SUITE_FILE, read_status, suite_results_dir, tune_dir
 
@@ -48,16 +48,16 @@ class SuiteSession:
         verify_bases(trials)
         if mirrored:
             check_mirrors(suite.tracking)
+        reused = {}
         if suite.campaign:                     # trials landed by earlier machines come first (store/campaign.py)
             restore(campaign_dir(suite.name), suite_dir)
             restore(campaign_dir(suite.name, tuning=True), tune_dir(suite_dir))
-        ids = {t.trial_id for t in trials}
-        reused = {other: reuse(campaign_dir(other), suite_dir, same_as(trials), only=ids) for other in suite.reuse}
+            reused = reuse(suite, trials, suite_dir)
         superseded = check_identity(trials, suite_dir, on_change) if on_change is not None else []
         write_suite_file(suite, suite_dir)
         write_plan(expand(suite), suite_dir)
-        for other, ids in reused.items():
-            for trial_id in ids:
+        for other, taken in reused.items():
+            for trial_id in taken:
                 land(suite_dir, suite_dir / trial_id, campaign_dir(suite.name), why=f"reused from campaigns/{other}")
         return cls(suite, trials, suite_dir, superseded)
 
@@ -66,11 +66,15 @@ class SuiteSession:
         return [t for t in self.trials if read_status(self.suite_dir / t.trial_id).get("status") not in FINAL]
 
 
-def same_as(trials: list[Trial]):
-    """`reuse`'s test: a landed trial of another campaign is one of ``trials`` when its id and resolved
-    config are that trial's."""
-    by_id = {t.trial_id: t for t in trials}
-    return lambda trial_id, trial_dir: trial_id in by_id and same_config(by_id[trial_id], trial_dir)
+def reuse(suite: Suite, trials: list[Trial], suite_dir: Path, move: bool = True) -> dict[str, list[str]]:
+    """Per campaign the suite names in `reuse:`, the trials of ``trials`` without a result in ``suite_dir``
+    (nor landed in the suite's own campaign) that it holds with the same id and resolved config: unpacked
+    into ``suite_dir`` (``move`` False: only named, for the dry run). A damaged archive there is passed over
+    with a warning (its trial runs here)."""
+    own = set(landed(campaign_dir(suite.name)))
+    wanted = {t.trial_id for t in trials} - own
+    return {other: take(campaign_dir(other), suite_dir, same_as(trials), only=wanted, move=move, strict=False)
+            for other in suite.reuse} if suite.campaign else {}
 
 
 def verify_bases(trials: list[Trial]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from harness.store import provenance, trialdir
 from harness.registry import FORWARDS
@@ -37,12 +37,11 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
     supersedes exactly the changed trials; "force" supersedes every trial that has results.
     """
     changed: list[tuple[Trial, list[str]]] = []
-    defaults = to_dict(RunConfig(), every_key=True)
     for t in trials:
         old = trialdir.read_config(Path(suite_dir) / t.trial_id)
         if old is None:
             continue
-        diff = trialdir.config_changes(old, to_dict(t.config), defaults)
+        diff = changes(t, old)
         if diff or on_change == "force":
             changed.append((t, diff))
     if on_change == "error" and changed:
@@ -56,11 +55,22 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
     return [t.trial_id for t, _ in changed]
 
 
-def same_config(trial: Trial, trial_dir: Path) -> bool:
-    """Whether the results in ``trial_dir`` are ``trial``'s: their config.yaml resolves to the same config
-    (check_identity's rule, for results found elsewhere: another campaign's landed trial)."""
-    old = trialdir.read_config(Path(trial_dir))
-    return old is not None and not trialdir.config_changes(old, to_dict(trial.config), to_dict(RunConfig(), every_key=True))
+def changes(trial: Trial, old: dict[str, Any]) -> list[str]:
+    """The keys in which the resolved config ``old`` (a config.yaml) differs from ``trial``'s, as
+    "key old -> new" (trialdir.config_changes; a key at its default counts as absent)."""
+    return trialdir.config_changes(old, to_dict(trial.config), to_dict(RunConfig(), every_key=True))
+
+
+def same_as(trials: list[Trial]) -> Callable[[Path], bool]:
+    """Whether results found elsewhere (another campaign's landed trial, unpacked) are one of ``trials``: the
+    trial of their directory's name, with the same resolved config (check_identity's rule)."""
+    by_id = {t.trial_id: t for t in trials}
+
+    def same(trial_dir: Path) -> bool:
+        old = trialdir.read_config(Path(trial_dir))
+        trial = by_id.get(Path(trial_dir).name)
+        return old is not None and trial is not None and not changes(trial, old)
+    return same
 
 
 def run_trial(trial: Trial, suite_dir: Path, mirror: Target | None = None, progress: bool = False) -> dict[str, Any]:

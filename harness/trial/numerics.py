@@ -50,7 +50,7 @@ RULES = ("pinned", "native")
 PINNED = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
           "OPENBLAS_CORETYPE": "Haswell"}          # engine 3's matmuls (harness/rollout/gemm3.py); v1/v2 never call OpenBLAS
 PINNED_PATH = "aten=avx2 mkl=compatible"          # what record() reads back under PINNED
-PINNED_GEMM3 = "openblas=haswell"                 # and, on engine version 3, what its matmuls read back (+ version)
+PINNED_GEMM3 = "openblas=haswell"                 # and, for lean3 (its Forward.gemm), what its matmuls read back (+ version)
 # The record's fields that must agree for two runs of a trial to agree bit for bit (with its config). The
 # CPU vendor is one: an Intel Xeon and AMD EPYCs on PINNED_PATH part at the first update
 # (docs/reproducibility.md).
@@ -148,9 +148,9 @@ def _mkl(torch) -> tuple[str | None, str | None, str | None]:
     return version, name, _CBWR_BRANCHES.get(auto, f"code {auto}")
 
 
-def record(device: str = "cpu", gemm: Callable[[], str] | None = None) -> dict[str, Any]:
+def record(device: str = "cpu", read_gemm: Callable[[], str] | None = None) -> dict[str, Any]:
     """The float path this process computes a trial on (`device`: "cpu" or "cuda"), read back from torch and
-    MKL (and, for a forward whose matrix products another library computes, from `gemm`, its `Forward.gemm`:
+    MKL (and, for a forward whose matrix products another library computes, from `read_gemm`, its `Forward.gemm`:
     engine 3's OpenBLAS), for the trial's provenance.
 
     `float_path` and `cpu_vendor` must agree between two runs for their numbers to agree bit for bit (with
@@ -167,7 +167,7 @@ def record(device: str = "cpu", gemm: Callable[[], str] | None = None) -> dict[s
         path = f"cuda={torch.cuda.get_device_name()} cuda_version={torch.version.cuda} " + path
         gemm = None
     else:
-        gemm = gemm() if gemm is not None else None
+        gemm = read_gemm() if read_gemm is not None else None
         path = path if gemm is None else f"{path} {gemm}"
     wanted = rule()
     pinned = path == PINNED_PATH if gemm is None else path.startswith(f"{PINNED_PATH} {PINNED_GEMM3} ")
