@@ -164,6 +164,7 @@ def ring3() -> list[Case]:
             ("tune.seed -1", suite(tune={"low": 1e-4, "high": 1e-3, "seed": -1})),
             ("tune.sampler_seed -1", suite(tune={"low": 1e-4, "high": 1e-3, "sampler_seed": -1})),
             ("model.path with kind tiny (trained the frozen base)", base(model__path="/models/qwen3")),
+            ("task.data_dir for a generated task", base(task__data_dir="/data")),
             ("reuse: without campaign: true", suite(reuse=["other"]))]],
         # ---- a path that cannot be written: one line naming it and the cause
         Case("ring3: report --out on a read-only file system", ["report", "{d}/results/s1", "--out", "/sys/stalebench"],

@@ -224,6 +224,15 @@ def test_a_model_kind_is_asked_for_its_settings_identity_eval_set_and_cost(monke
     assert _step_seconds(tmp_path, [SimpleNamespace(trial_id="t", config=tiny)])[0] > 0          # measured
 
 
+def test_a_task_setting_the_task_does_not_read_is_refused():
+    """Else it is ignored without a word: data files given to a task that generates its problems."""
+    assert refusal({"task": {"name": "cumsum", "data_dir": "/data"}}) == (
+        "task.data_dir: task 'cumsum' generates its problems and reads no files (the benchmark tasks, e.g. gsm8k, "
+        "read them); remove it, or set task.name to a benchmark")
+    assert refusal({"task": {"name": "cumsum", "validation_size": 10}}).startswith("task.validation_size: task 'cumsum'")
+    assert refusal({"task": {"name": "gsm8k", "data_dir": "/data"}}) is None          # a benchmark reads it
+
+
 def test_vllm_and_deepspeed_are_built_from_their_own_settings(monkeypatch):
     """Neither is installed here: stand-ins record what the registered components pass them."""
     import importlib.util

@@ -91,6 +91,9 @@ class TaskConfig:
         if self.train_size is not None:
             _positive(f"{key}.train_size", self.train_size)
         _positive(f"{key}.validation_size", self.validation_size, strict=False)
+        if self.data_dir is not None and "data_dir" not in task_entry(self.name).settings:   # else ignored, silently
+            raise ConfigError(f"{key}.data_dir: task {self.name!r} generates its problems and reads no files (the "
+                              f"benchmark tasks, e.g. gsm8k, read them); remove it, or set {key}.name to a benchmark")
         if self.validation_size and "validation_size" not in task_entry(self.name).settings:
             raise ConfigError(f"{key}.validation_size: task {self.name!r} takes none (a benchmark with a train file, "
                               f"gsm8k, does; cumsum-long has a fixed validation split); remove it")
