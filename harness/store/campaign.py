@@ -84,10 +84,11 @@ def take(dest: Path, into: Path, accept: Callable[[Path], bool], only: Collectio
         try:
             found = [d.name for d in unpacked.iterdir() if trialdir.is_trial_dir(d)]
             if found != [trial_id]:
+                wrong = f"{dest / (trial_id + SUFFIX)}: holds {found or 'no trial'}, not {trial_id}"
                 if not strict:
+                    print(f"stalebench: warning: not reused, runs here instead: {wrong}", file=sys.stderr)
                     continue
-                raise ArchiveError(f"{dest / (trial_id + SUFFIX)}: holds {found or 'no trial'}, not {trial_id}; "
-                                   "remove it from the campaign or land it again")
+                raise ArchiveError(f"{wrong}; remove it from the campaign or land it again")
             if not accept(unpacked / trial_id):
                 continue
             if move:

@@ -169,7 +169,6 @@ def suite_status(results_dir: Path) -> str:
     return "\n".join([*lines, *([landed] if landed else [])])
 
 
-
 def _expected_trials(results_dir: Path) -> dict[str, int]:
     """Trial id -> train.steps of every trial of results/<suite>/suite.yaml ({} if absent or invalid now)."""
     path = trialdir.suite_file(results_dir)
