@@ -117,7 +117,7 @@ class Suite:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
     campaign: bool = False        # finished trials committed to campaigns/<suite>/ (store/campaign.py)
     reuse: tuple[str, ...] = ()   # campaigns whose landed trials of the same id and resolved config are this
-                                  # suite's (never run again; store/campaign.py `reuse`)
+                                  # suite's (never run again; suite/session.py `reuse`)
     source: str = ""              # the suite file's text (hashed for provenance)
     slice_of: str = ""            # the suite whose trials these are, cut short or fewer ("": none); its report
                                   # says so and ranks nothing (report/slice.py); not part of any trial's config
