@@ -224,6 +224,34 @@ def test_resources_no_node_has_are_refused(monkeypatch):
         assert "largest has cpu=2, gpu=0" in str(err.value)
 
 
+def test_a_refusal_after_the_store_thread_started_joins_it(tmp_path, tiny_base, monkeypatch):
+    """The thread that prepares the MLflow store imports mlflow; left running after a refusal, it raced the
+    next import of mlflow in the process ("partially initialized module 'mlflow'"). It is joined however
+    the run ends."""
+    import contextlib
+    import threading
+
+    from harness.suite.runner import grid
+
+    slow = threading.Thread(target=time.sleep, args=(1.0,), name="stalebench-mlflow-store", daemon=True)
+
+    def prepare(uri, name):
+        slow.start()
+        return slow
+
+    @contextlib.contextmanager
+    def refused(address, say):
+        raise ConfigError("resources: refused before Ray")
+        yield
+
+    monkeypatch.setattr(grid, "prepare_store", prepare)
+    monkeypatch.setattr(grid, "ray_session", refused)
+    suite = load_suite_file(write_suite(tmp_path, tiny_base, grid={"algorithm": ["grpo"]}))
+    with pytest.raises(ConfigError, match="refused before Ray"):
+        grid.run_suite(suite, results_root=tmp_path / "results", progress=False)
+    assert not slow.is_alive()
+
+
 @pytest.mark.slow      # one local Ray start: 30-60 s on 2 shared cores
 @pytest.mark.parametrize("resources", [{"cpu": 1000}])
 def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources, monkeypatch):
@@ -238,7 +266,9 @@ def test_resources_that_never_fit_fail_in_seconds(tmp_path, tiny_base, resources
     with pytest.raises(ConfigError, match="resources: a trial needs cpu=1000") as err:
         run_suite(suite, results_root=tmp_path / "results", progress=False)
     assert time.time() - start < 120 and "\n" not in str(err.value)
-    assert sorted(p.name for p in (tmp_path / "results" / "hard").iterdir()) == ["suite.yaml"]
+    # the suite's own files only (suite.yaml, plan.json, coincidences.json): no trial directory
+    assert sorted(p.name for p in (tmp_path / "results" / "hard").iterdir()) == ["coincidences.json", "plan.json",
+                                                                                 "suite.yaml"]
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("hard")

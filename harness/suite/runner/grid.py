@@ -16,8 +16,10 @@ computes only missing ones), so that the report only reads.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from harness.suite import coincidences
 from harness.config.run import ConfigError
@@ -61,7 +63,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
         return count_statuses(suite_dir, ids)
     uri = tracking_uri(Path(results_root))            # before Ray starts: a dead server fails in seconds
     store = prepare_store(uri, suite.name)            # a new SQLite store's migrations overlap Ray's start
-    with ray_session(address, say):
+    with _joined(store), ray_session(address, say):   # a refusal below leaves no thread importing mlflow behind
         check_fits(suite.resources, max(t.config.train.workers for t in pending))   # before anything is touched
         store.join()
         target = open_mlflow(suite, uri, Path(results_root), "suite", len(pending))
@@ -123,3 +125,13 @@ def open_mlflow(suite: Suite, uri: str, results_root: Path, role: str, pending: 
         raise ConfigError(f"MLflow tracking store {uri} (MLFLOW_TRACKING_URI): {type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else ''}"[:500]) from None
     return MlflowTarget(uri, experiment_id, run_id)
+
+
+@contextlib.contextmanager
+def _joined(thread: threading.Thread) -> Iterator[None]:
+    """Join ``thread`` when the block ends, however it ends: the store's thread imports mlflow, and a later
+    import of mlflow in this process while that one runs can see a half-imported module."""
+    try:
+        yield
+    finally:
+        thread.join()
