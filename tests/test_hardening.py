@@ -438,9 +438,9 @@ def test_soak_resume_short(tmp_path, capsys):
         import soak_resume
     finally:
         sys.path.remove(str(REPO / "scripts"))
-    # 48 steps: training long enough against the start-up's own variation under load (at 12 steps it was 4 s
-    # of a 36 s run, and a quicker start-up let the suite end before its kills)
-    rc = soak_resume.main(["--kills", "3", "--trials", "2", "--steps", "48", "--eval-every", "8", "--seed", "1",
+    # 200 steps: training long enough against the start-up's own variation under load (at 12 steps it was 4 s
+    # of a 36 s run, at 48 steps 9 s, and a quicker start-up let the suite end before its kills)
+    rc = soak_resume.main(["--kills", "3", "--trials", "2", "--steps", "200", "--eval-every", "40", "--seed", "1",
                            "--work", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0 and "soak: OK" in out and "soak: 3 kills" in out, out
