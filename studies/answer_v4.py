@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report import horizon, penalty, resolve, stats, tables
+from harness.report import horizon, penalty, regime, resolve, stats, tables
 from harness.report.load import SuiteResults, load_results
 from harness.store import trialdir
 from harness.store.archive import committed_results
@@ -53,12 +53,8 @@ def capped(res: SuiteResults, a: tables.Analysis, estimator: str, delay: float) 
     t = a.cell_trials
     ids = set(t[(t["algorithm"] == estimator) & (t["delay"].astype(float) == delay)
                 & t["status"].isin(trialdir.FINAL)]["trial_id"])
-    m = m[m["trial_id"].isin(ids) & m[CAPPED].notna()]
-    if m.empty:
-        return None
-    late = m[m["step"] > m.groupby("trial_id", observed=True)["step"].transform("max") / 2]
-    per_trial = late.groupby("trial_id", observed=True)[CAPPED].mean()
-    return float(per_trial.mean()), int(per_trial.size)
+    per_trial = regime.late_means(m[m["trial_id"].isin(ids)], [CAPPED])[CAPPED].dropna()
+    return (float(per_trial.mean()), int(per_trial.size)) if per_trial.size else None
 
 
 def unfinished(res: SuiteResults) -> int | None:

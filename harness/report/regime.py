@@ -36,6 +36,13 @@ HEADERS = {"median_abs_log_ratio": "median |Λ|", "q90_abs_log_ratio": "q90 |Λ|
            "kl_behavior": "KL to π_b per token"}
 
 
+def late_means(metrics: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per trial (index trial_id), the mean of each of ``keys`` over the second half of its logged steps
+    (step > its last step / 2): the cut of every regime figure."""
+    late = metrics[metrics["step"] > metrics.groupby("trial_id", observed=True)["step"].transform("max") / 2]
+    return late.groupby("trial_id", observed=True)[keys].mean()
+
+
 def cell_regime(metrics: pd.DataFrame, cell_trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per cell of ``cell_trials`` (``tables.expand_shared`` rows with ``stale_mean``) whose finished
     trials logged the regime: the cell ``keys``, ``trials``, ``stale_mean``, ``stale_max`` and every FIELDS
@@ -45,8 +52,7 @@ def cell_regime(metrics: pd.DataFrame, cell_trials: pd.DataFrame, keys: list[str
     if "is/traj_abs_log_ratio_q50" not in logged:
         return pd.DataFrame(columns=columns)
     m = metrics[["trial_id", "step", *logged, *(["stale/max"] if "stale/max" in metrics.columns else [])]]
-    late = m[m["step"] > m.groupby("trial_id", observed=True)["step"].transform("max") / 2]
-    per_trial = late.groupby("trial_id", observed=True)[logged].mean()
+    per_trial = late_means(m, logged)
     per_trial["stale_max"] = (m.groupby("trial_id", observed=True)["stale/max"].max()
                               if "stale/max" in m.columns else np.nan)
     done = cell_trials[cell_trials["status"].isin(trialdir.FINAL) & cell_trials["delay"].notna()]

@@ -71,10 +71,11 @@ def reuse(suite: Suite, trials: list[Trial], suite_dir: Path, move: bool = True)
     (nor landed in the suite's own campaign) that it holds with the same id and resolved config: unpacked
     into ``suite_dir`` (``move`` False: only named, for the dry run). A damaged archive there is passed over
     with a warning (its trial runs here)."""
-    own = set(landed(campaign_dir(suite.name)))
-    wanted = {t.trial_id for t in trials} - own
+    if not (suite.campaign and suite.reuse):
+        return {}
+    wanted = {t.trial_id for t in trials} - set(landed(campaign_dir(suite.name)))
     return {other: take(campaign_dir(other), suite_dir, same_as(trials), only=wanted, move=move, strict=False)
-            for other in suite.reuse} if suite.campaign else {}
+            for other in suite.reuse}
 
 
 def verify_bases(trials: list[Trial]) -> None:

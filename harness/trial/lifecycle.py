@@ -13,6 +13,7 @@ changed keys, or (when asked) moves the old results aside and lets the trial run
 """
 from __future__ import annotations
 
+import functools
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -58,7 +59,13 @@ def check_identity(trials: list[Trial], suite_dir: Path, on_change: str = "error
 def changes(trial: Trial, old: dict[str, Any]) -> list[str]:
     """The keys in which the resolved config ``old`` (a config.yaml) differs from ``trial``'s, as
     "key old -> new" (trialdir.config_changes; a key at its default counts as absent)."""
-    return trialdir.config_changes(old, to_dict(trial.config), to_dict(RunConfig(), every_key=True))
+    return trialdir.config_changes(old, to_dict(trial.config), _defaults())
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    """Every key of a default RunConfig (built once: `changes` runs for each trial of a suite; read only)."""
+    return to_dict(RunConfig(), every_key=True)
 
 
 def same_as(trials: list[Trial]) -> Callable[[Path], bool]:
