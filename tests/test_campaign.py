@@ -11,6 +11,7 @@ import yaml
 
 from harness.config.expand import expand, load_suite_file
 from harness.store import campaign
+from harness.errors import ConfigError
 from harness.store.archive import ArchiveError, pack_suite
 from harness.store.trialdir import SUITE_FILE
 
@@ -200,9 +201,34 @@ def test_reuse_passes_over_a_damaged_archive_and_never_acts_outside_a_campaign(r
     assert "stalebench: warning: not reused, runs here instead: " in capfd.readouterr().err
 
 
-def test_reuse_needs_a_campaign(tmp_path, tiny_base):
-    from harness.errors import ConfigError
+def test_a_suite_reuses_a_committed_reports_trial_with_the_same_config(repo, tiny_base, capfd):
+    # benchmark v4's table: an estimator whose lr tuned at delay 0 is v3's runs v3's trials at delays 0 and 64
+    from harness.suite.plan import dry_run
+    from harness.suite.session import SuiteSession
 
+    suite, trials, ran = _table_and_retuned(repo, tiny_base)
+    pack_suite(ran, repo / "reports" / "table" / "raw.tar.gz")            # the table, committed as a report
+    (repo / "retuned.yaml").write_text((repo / "retuned.yaml").read_text().replace("- table", "- reports/table"))
+    suite = load_suite_file(repo / "retuned.yaml")
+    text = dry_run(suite, [], repo / "results")
+    assert "  reuse: 1 trial of reports/table/raw.tar.gz with the same config\n" in text and "  done grpo-d2-s0" in text
+    session = SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)
+    assert [t.trial_id for t in session.pending()] == ["m2po-d2-s0"]     # m2po's config differs: it runs here
+    assert rows(session.suite_dir / "grpo-d2-s0") == rows(ran / "grpo-d2-s0")
+    assert git(repo, "log", "-1", "--format=%s") == "campaign retuned: grpo-d2-s0 reused from reports/table/raw.tar.gz\n"
+    (repo / "reports" / "table" / "raw.tar.gz").write_bytes(b"not a gzip")            # damaged: runs here
+    session = SuiteSession.open(suite, list(trials.values()), repo / "other", mirrored=False)
+    assert [t.trial_id for t in session.pending()] == ["m2po-d2-s0"]     # taken from its own campaign now
+    (campaign.campaign_dir("retuned") / "grpo-d2-s0.tar.gz").unlink()
+    session = SuiteSession.open(suite, list(trials.values()), repo / "third", mirrored=False)
+    assert len(session.pending()) == 2 and "not reused, runs here instead: " in capfd.readouterr().err
+    (repo / "reports" / "table" / "raw.tar.gz").unlink()
+    with pytest.raises(ConfigError, match=r"^reuse: reports/table/raw.tar.gz not found; name a committed report "
+                                          r"packed with --raw \(reports/<name>\), or remove reports/table from reuse$"):
+        dry_run(suite, [], repo / "results")
+
+
+def test_reuse_needs_a_campaign(tmp_path, tiny_base):
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "reuse": ["table"]}))
     with pytest.raises(ConfigError, match="reuse: the trials it takes are landed as this suite's; add campaign: true"):
@@ -211,6 +237,10 @@ def test_reuse_needs_a_campaign(tmp_path, tiny_base):
         path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "campaign": True, "reuse": value}))
         with pytest.raises(ConfigError, match="reuse: expected a list of other campaigns' suite names"):
             load_suite_file(path)
+    path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "campaign": True,
+                                    "reuse": ["reports/../x"]}))
+    with pytest.raises(ConfigError, match="or committed reports, e.g. \\[reference-v4, reports/reference-v3\\]"):
+        load_suite_file(path)
 
 
 def test_a_report_of_a_campaign_with_only_tuning_trials_names_them(repo):

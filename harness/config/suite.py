@@ -18,6 +18,7 @@ reads results/<suite>/suite.yaml through the same schema that `stalebench check`
     tracking: {wandb: {project: stalebench, mode: offline}}        # tracking.TrackingConfig (mirrors)
     campaign: false                   # true: finished trials are committed to campaigns/<suite>/ as they land
     reuse: [reference-v4]             # other campaigns whose landed trials of the same id and config are this suite's
+                                      # (reports/<name>: a committed report's raw.tar.gz)
     slice_of: reference-v3            # a slice of that suite's trials (same ids), to check row by row, not rank
 
 Every problem is a one-line ConfigError naming the key. What needs a resolved, validated run config
@@ -48,6 +49,7 @@ SUITE_KEYS = ("suite", "version", "base", "grid", "seeds", "resources", "overrid
               "share_on_policy", "overrides_scope", "tracking", "campaign", "reuse", "slice_of")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")   # a suite's name (and an estimator's: algorithms/registry.py),
                                                     # matched whole (fullmatch: no trailing newline), ASCII only
+REUSED = re.compile(rf"(reports/)?{NAME.pattern}")   # a `reuse:` entry: a campaign, or a committed report's dir
 MAX_NAME_CHARS = 100          # a suite name is a directory and an MLflow experiment name (limit 255 chars
                               # for a path segment; trial ids and timestamps are appended to it)
 DEFAULT_BASELINE = DEFAULT_ESTIMATOR   # the report's baseline estimator when `report.baseline` is not set
@@ -116,8 +118,8 @@ class Suite:
                                   # delay > 0, the base's lr in the shared delay-0 run)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)   # mirrors besides MLflow (not trial config)
     campaign: bool = False        # finished trials committed to campaigns/<suite>/ (store/campaign.py)
-    reuse: tuple[str, ...] = ()   # campaigns whose landed trials of the same id and resolved config are this
-                                  # suite's (never run again; suite/session.py `reuse`)
+    reuse: tuple[str, ...] = ()   # campaigns (or committed reports, reports/<name>) whose landed trials of the
+                                  # same id and resolved config are this suite's (never run again; session.py)
     source: str = ""              # the suite file's text (hashed for provenance)
     slice_of: str = ""            # the suite whose trials these are, cut short or fewer ("": none); its report
                                   # says so and ranks nothing (report/slice.py); not part of any trial's config
@@ -206,9 +208,10 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
     if not isinstance(campaign := data.get("campaign", False), bool):
         raise _fail(where, f"campaign: expected true or false; got {short(campaign)}")
     reuse = [] if data.get("reuse") is None else data["reuse"]          # `reuse:` left empty: none
-    if not isinstance(reuse, list) or not all(isinstance(r, str) and NAME.fullmatch(r) and r != name for r in reuse):
-        raise _fail(where, f"reuse: expected a list of other campaigns' suite names, e.g. [reference-v4]; "
-                           f"got {short(reuse)}")
+    if not isinstance(reuse, list) or not all(isinstance(r, str) and REUSED.fullmatch(r)
+                                              and r != name for r in reuse):
+        raise _fail(where, f"reuse: expected a list of other campaigns' suite names or committed reports, e.g. "
+                           f"[reference-v4, reports/reference-v3]; got {short(reuse)}")
     if reuse and not campaign:
         raise _fail(where, "reuse: the trials it takes are landed as this suite's; add campaign: true")
     slice_of = data.get("slice_of", "")

@@ -11,7 +11,8 @@ suite first `restore`s every landed trial into results/<suite>/ (a partial direc
 moved aside, never deleted), then the usual preflight (SuiteSession) takes restored trials as finished: a
 trial whose resolved config changed is still refused, and nothing runs twice. A suite that names other
 campaigns in `reuse:` takes from them each landed trial whose id and resolved config equal one of its own
-(`take`; session.py decides "equal") and lands it as its own: it is that trial, and does not run again.
+(`take`; session.py decides "equal") and lands it as its own: it is that trial, and does not run again. A
+`reuse:` entry `reports/<name>` takes them from a committed report's raw.tar.gz instead (`take_committed`).
 """
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from harness.store import trialdir
-from harness.store.archive import ArchiveError, open_archive, pack_suite
+from harness.store.archive import ARCHIVE_NAME, ArchiveError, committed_results, open_archive, pack_suite
 
 CAMPAIGNS = Path("campaigns")
 SUFFIX = ".tar.gz"
+REPORTS = "reports/"          # a `reuse:` entry naming a committed report (reports/<name>), not a campaign
 
 
 def campaign_dir(suite_name: str, tuning: bool = False, root: Path = CAMPAIGNS) -> Path:
@@ -71,35 +73,70 @@ def take(dest: Path, into: Path, accept: Callable[[Path], bool], only: Collectio
     campaign's archive): a damaged archive is passed over with a warning and its trial runs here."""
     taken = []
     for trial_id in landed(dest):
-        target = Path(into) / trial_id
-        if (only is not None and trial_id not in only) or trialdir.read_status(target).get("status") in trialdir.FINAL:
+        if (only is not None and trial_id not in only) or _finished(Path(into) / trial_id):
             continue
         try:
             unpacked = open_archive(Path(dest) / f"{trial_id}{SUFFIX}")
         except ArchiveError as exc:
             if strict:
                 raise
-            print(f"stalebench: warning: not reused, runs here instead: {exc}", file=sys.stderr)
+            _not_reused(str(exc))
             continue
         try:
             found = [d.name for d in unpacked.iterdir() if trialdir.is_trial_dir(d)]
             if found != [trial_id]:
                 wrong = f"{dest / (trial_id + SUFFIX)}: holds {found or 'no trial'}, not {trial_id}"
                 if not strict:
-                    print(f"stalebench: warning: not reused, runs here instead: {wrong}", file=sys.stderr)
+                    _not_reused(wrong)
                     continue
                 raise ArchiveError(f"{wrong}; remove it from the campaign or land it again")
-            if not accept(unpacked / trial_id):
-                continue
-            if move:
-                if target.exists():
-                    trialdir.supersede(target)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(unpacked / trial_id), str(target))
+            if _place(unpacked / trial_id, Path(into) / trial_id, accept, move):
+                taken.append(trial_id)
         finally:
             shutil.rmtree(unpacked, ignore_errors=True)
-        taken.append(trial_id)
     return taken
+
+
+def take_committed(report_dir: Path, into: Path, accept: Callable[[Path], bool], only: Collection[str],
+                   move: bool = True) -> list[str]:
+    """As `take` from another campaign, from the trials of a committed report's raw.tar.gz (report_dir, e.g.
+    reports/reference-v3): a trial an earlier benchmark ran with the same id and resolved config is that
+    trial. A damaged archive is passed over with a warning (its trials run here)."""
+    if not any(not _finished(Path(into) / trial_id) for trial_id in only):
+        return []
+    try:
+        with committed_results(report_dir) as unpacked:
+            return [d.name for d in sorted(unpacked.iterdir())
+                    if trialdir.is_trial_dir(d) and d.name in only and _place(d, Path(into) / d.name, accept, move)]
+    except ArchiveError as exc:
+        _not_reused(str(exc))
+        return []
+
+
+def reuse_where(entry: str) -> Path:
+    """Where a `reuse:` entry's trials are: a committed report's raw archive, or another campaign."""
+    return Path(entry) / ARCHIVE_NAME if entry.startswith(REPORTS) else campaign_dir(entry)
+
+
+def _finished(trial_dir: Path) -> bool:
+    return trialdir.read_status(trial_dir).get("status") in trialdir.FINAL
+
+
+def _place(found: Path, target: Path, accept: Callable[[Path], bool], move: bool) -> bool:
+    """Whether the unpacked trial ``found`` is taken for ``target`` (not finished there, and ``accept``ed); moved
+    there when ``move`` (a partial directory there is moved aside first)."""
+    if _finished(target) or not accept(found):
+        return False
+    if move:
+        if target.exists():
+            trialdir.supersede(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(found), str(target))
+    return True
+
+
+def _not_reused(why: str) -> None:
+    print(f"stalebench: warning: not reused, runs here instead: {why}", file=sys.stderr)
 
 
 def summary(name: str) -> str | None:

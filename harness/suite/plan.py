@@ -51,8 +51,10 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
              f"duplicates), {len(done)} already finished"]
     for other, taken in reused.items():
-        none = "" if campaign.landed(campaign.campaign_dir(other)) else " (it holds no landed table trial yet)"
-        lines.append(f"  reuse: {_count(len(taken), 'trial')} of campaigns/{other}/ with the same config{none}")
+        where = campaign.reuse_where(other)
+        none = "" if where.is_file() or campaign.landed(where) else " (it holds no landed table trial yet)"
+        lines.append(f"  reuse: {_count(len(taken), 'trial')} of {where}{'' if where.is_file() else '/'} with the "
+                     f"same config{none}")
     for key, values in suite.grid.items():
         lines.append(f"  {key}: {', '.join(map(str, values))}")
     lines.append(f"  seeds: {', '.join(map(str, suite.seeds))}")

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.kinds import kind_of
+from harness.errors import ConfigError
 from harness.config.suite import Suite
 from harness.config.expand import Trial, expand
 from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity, same_as
-from harness.store.campaign import campaign_dir, land, landed, restore, take
+from harness.store.campaign import REPORTS, campaign_dir, land, landed, restore, reuse_where, take, take_committed
 from harness.store.safewrite import write_file
 from harness.store.trialdir import FINAL, PLAN, SUITE_FILE, read_status, suite_results_dir, tune_dir
 
@@ -58,7 +59,7 @@ class SuiteSession:
         write_plan(expand(suite), suite_dir)
         for other, taken in reused.items():
             for trial_id in taken:
-                land(suite_dir, suite_dir / trial_id, campaign_dir(suite.name), why=f"reused from campaigns/{other}")
+                land(suite_dir, suite_dir / trial_id, campaign_dir(suite.name), why=f"reused from {reuse_where(other)}")
         return cls(suite, trials, suite_dir, superseded)
 
     def pending(self) -> list[Trial]:
@@ -67,15 +68,26 @@ class SuiteSession:
 
 
 def reuse(suite: Suite, trials: list[Trial], suite_dir: Path, move: bool = True) -> dict[str, list[str]]:
-    """Per campaign the suite names in `reuse:`, the trials of ``trials`` without a result in ``suite_dir``
-    (nor landed in the suite's own campaign) that it holds with the same id and resolved config: unpacked
-    into ``suite_dir`` (``move`` False: only named, for the dry run). A damaged archive there is passed over
-    with a warning (its trial runs here)."""
+    """Per entry of `reuse:` (another campaign, or a committed report reports/<name>), the trials of ``trials``
+    without a result in ``suite_dir`` (nor landed in the suite's own campaign) that it holds with the same id
+    and resolved config: unpacked into ``suite_dir`` (``move`` False: only named, for the dry run); the first
+    entry that holds a trial gives it. A damaged archive there is passed over with a warning (its trial runs
+    here); a named report without its raw.tar.gz is refused."""
     if not (suite.campaign and suite.reuse):
         return {}
     wanted = {t.trial_id for t in trials} - set(landed(campaign_dir(suite.name)))
-    return {other: take(campaign_dir(other), suite_dir, same_as(trials), only=wanted, move=move, strict=False)
-            for other in suite.reuse}
+    out = {}
+    for other in suite.reuse:
+        where = reuse_where(other)
+        if other.startswith(REPORTS):
+            if not where.is_file():
+                raise ConfigError(f"reuse: {where} not found; name a committed report packed with --raw "
+                                  f"(reports/<name>), or remove {other} from reuse")
+            out[other] = take_committed(where.parent, suite_dir, same_as(trials), only=wanted, move=move)
+        else:
+            out[other] = take(where, suite_dir, same_as(trials), only=wanted, move=move, strict=False)
+        wanted -= set(out[other])
+    return out
 
 
 def verify_bases(trials: list[Trial]) -> None:
