@@ -165,7 +165,10 @@ def ring3() -> list[Case]:
             ("tune.sampler_seed -1", suite(tune={"low": 1e-4, "high": 1e-3, "sampler_seed": -1})),
             ("model.path with kind tiny (trained the frozen base)", base(model__path="/models/qwen3")),
             ("task.data_dir for a generated task", base(task__data_dir="/data")),
-            ("reuse: without campaign: true", suite(reuse=["other"]))]],
+            ("reuse: without campaign: true", suite(reuse=["other"])),
+            ("reuse: a path out of reports/", suite(campaign=True, reuse=["reports/../x"]))]],
+        Case("ring3: reuse: a committed report without its raw.tar.gz", ["run", "{d}/s.yaml", "--dry-run"],
+             {"s.yaml": suite(campaign=True, reuse=["reports/nope"])}),
         # ---- a path that cannot be written: one line naming it and the cause
         Case("ring3: report --out on a read-only file system", ["report", "{d}/results/s1", "--out", "/sys/stalebench"],
              setup=trial_file("eval.jsonl", EVALS)),
