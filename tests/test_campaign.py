@@ -220,8 +220,12 @@ def test_a_suite_reuses_a_committed_reports_trial_with_the_same_config(repo, tin
     session = SuiteSession.open(suite, list(trials.values()), repo / "other", mirrored=False)
     assert [t.trial_id for t in session.pending()] == ["m2po-d2-s0"]     # taken from its own campaign now
     (campaign.campaign_dir("retuned") / "grpo-d2-s0.tar.gz").unlink()
+    capfd.readouterr()
     session = SuiteSession.open(suite, list(trials.values()), repo / "third", mirrored=False)
     assert len(session.pending()) == 2 and "not reused, runs here instead: " in capfd.readouterr().err
+    (ran / "grpo-d2-s0" / "status.json").write_text(json.dumps({"status": "failed", "step": 1}))
+    pack_suite(ran, repo / "reports" / "table" / "raw.tar.gz")          # a report may hold a trial that failed
+    assert "  reuse: 0 trials of reports/table/raw.tar.gz" in dry_run(suite, [], repo / "fourth")
     (repo / "reports" / "table" / "raw.tar.gz").unlink()
     with pytest.raises(ConfigError, match=r"^reuse: reports/table/raw.tar.gz not found; name a committed report "
                                           r"packed with --raw \(reports/<name>\), or remove reports/table from reuse$"):
@@ -240,6 +244,10 @@ def test_reuse_needs_a_campaign(tmp_path, tiny_base):
     path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "campaign": True,
                                     "reuse": ["reports/../x"]}))
     with pytest.raises(ConfigError, match="or committed reports, e.g. \\[reference-v4, reports/reference-v3\\]"):
+        load_suite_file(path)
+    path.write_text(yaml.safe_dump({"suite": "r", "base": tiny_base, "seeds": [0], "campaign": True,
+                                    "reuse": ["table", "table"]}))
+    with pytest.raises(ConfigError, match="reuse: \\['table', 'table'\\] names one source twice; name each once"):
         load_suite_file(path)
 
 

@@ -212,6 +212,8 @@ def parse_suite(data: Any, where: str = "suite", source: str = "", stored: bool 
                                               and r != name for r in reuse):
         raise _fail(where, f"reuse: expected a list of other campaigns' suite names or committed reports, e.g. "
                            f"[reference-v4, reports/reference-v3]; got {short(reuse)}")
+    if len(set(reuse)) != len(reuse):
+        raise _fail(where, f"reuse: {short(reuse)} names one source twice; name each once")
     if reuse and not campaign:
         raise _fail(where, "reuse: the trials it takes are landed as this suite's; add campaign: true")
     slice_of = data.get("slice_of", "")

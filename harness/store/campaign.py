@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from harness.store import trialdir
-from harness.store.archive import ARCHIVE_NAME, ArchiveError, committed_results, open_archive, pack_suite
+from harness.store.archive import ARCHIVE_NAME, ArchiveError, open_archive, pack_suite
 
 CAMPAIGNS = Path("campaigns")
 SUFFIX = ".tar.gz"
@@ -97,20 +97,23 @@ def take(dest: Path, into: Path, accept: Callable[[Path], bool], only: Collectio
     return taken
 
 
-def take_committed(report_dir: Path, into: Path, accept: Callable[[Path], bool], only: Collection[str],
+def take_committed(archive: Path, into: Path, accept: Callable[[Path], bool], only: Collection[str],
                    move: bool = True) -> list[str]:
-    """As `take` from another campaign, from the trials of a committed report's raw.tar.gz (report_dir, e.g.
-    reports/reference-v3): a trial an earlier benchmark ran with the same id and resolved config is that
-    trial. A damaged archive is passed over with a warning (its trials run here)."""
-    if not any(not _finished(Path(into) / trial_id) for trial_id in only):
+    """As `take` from another campaign, from the finished trials of a committed report's raw archive (e.g.
+    reports/reference-v3/raw.tar.gz): a trial an earlier benchmark ran with the same id and resolved config is
+    that trial. A damaged archive is passed over with a warning (its trials run here)."""
+    if all(_finished(Path(into) / trial_id) for trial_id in only):
         return []
     try:
-        with committed_results(report_dir) as unpacked:
-            return [d.name for d in sorted(unpacked.iterdir())
-                    if trialdir.is_trial_dir(d) and d.name in only and _place(d, Path(into) / d.name, accept, move)]
+        unpacked = open_archive(archive)
     except ArchiveError as exc:
         _not_reused(str(exc))
         return []
+    try:
+        return [d.name for d in sorted(unpacked.iterdir())
+                if trialdir.is_trial_dir(d) and d.name in only and _place(d, Path(into) / d.name, accept, move)]
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def reuse_where(entry: str) -> Path:
@@ -123,9 +126,9 @@ def _finished(trial_dir: Path) -> bool:
 
 
 def _place(found: Path, target: Path, accept: Callable[[Path], bool], move: bool) -> bool:
-    """Whether the unpacked trial ``found`` is taken for ``target`` (not finished there, and ``accept``ed); moved
-    there when ``move`` (a partial directory there is moved aside first)."""
-    if _finished(target) or not accept(found):
+    """Whether the unpacked trial ``found`` is taken for ``target`` (finished, not finished there, and
+    ``accept``ed); moved there when ``move`` (a partial directory there is moved aside first)."""
+    if not _finished(found) or _finished(target) or not accept(found):
         return False
     if move:
         if target.exists():

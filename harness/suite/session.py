@@ -83,7 +83,7 @@ def reuse(suite: Suite, trials: list[Trial], suite_dir: Path, move: bool = True)
             if not where.is_file():
                 raise ConfigError(f"reuse: {where} not found; name a committed report packed with --raw "
                                   f"(reports/<name>), or remove {other} from reuse")
-            out[other] = take_committed(where.parent, suite_dir, same_as(trials), only=wanted, move=move)
+            out[other] = take_committed(where, suite_dir, same_as(trials), only=wanted, move=move)
         else:
             out[other] = take(where, suite_dir, same_as(trials), only=wanted, move=move, strict=False)
         wanted -= set(out[other])
