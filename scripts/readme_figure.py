@@ -11,7 +11,6 @@ suite's `overrides:`) in the legend, since a tuned table's order follows it.
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,19 +19,16 @@ from matplotlib.figure import Figure
 from harness.report import regime, stats, tables
 from harness.report.load import load_results
 from harness.report.plotting import DPI, MIN_WIDTH_IN, estimator_style
-from harness.store.archive import open_archive
+from harness.store.archive import unpacked_archive
 
 FILE = "accuracy_by_delay.png"
 
 
 def draw(report: Path) -> Path:
-    path = open_archive(report / "raw.tar.gz")
-    try:
+    with unpacked_archive(report / "raw.tar.gz") as path:
         res = load_results(path)
         a = tables.analyse(res)
         own = regime.cell_regime(res.metrics, a.cell_trials, ["slice", "algorithm", "delay"])
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
     cells = a.cells[a.cells["delay"].notna() & (a.cells["seeds"] > 0)]
     delays = sorted(cells["delay"].astype(float).unique())
     labels = {float(r["delay"]): regime.staleness_label(r["delay"], r["stale_mean"], r["stale_max"])

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,7 +30,7 @@ from harness.report.heatmaps import _heat
 from harness.report.html import TEMPLATES
 from harness.report.load import load_results
 from harness.report.plotting import DPI, MIN_WIDTH_IN, estimator_style, fitted
-from harness.store.archive import open_archive
+from harness.store.archive import unpacked_archive
 from harness.store.trialdir import read_object
 from studies import claims_verdicts as cv
 from studies.lab_verdicts import verdicts as lab_verdicts
@@ -98,11 +97,8 @@ def opened(report: Path) -> Iterator[Path | None]:
     if not (report / "raw.tar.gz").is_file():
         yield None
         return
-    path = open_archive(report / "raw.tar.gz")
-    try:
+    with unpacked_archive(report / "raw.tar.gz") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _ci(fit: dict[str, Any], digits: int = 2) -> str:

@@ -9,7 +9,6 @@ suite's ``overrides:``) marked. The tuning trials read the validation split, nev
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pandas as pd
 from harness.registry import SECTIONS
 from harness.report.load import SuiteResults, load_results
 from harness.report.sections import Section
-from harness.store.archive import TUNE_ARCHIVE_NAME, open_archive, pack_tuning
+from harness.store.archive import TUNE_ARCHIVE_NAME, pack_tuning, unpacked_archive
 from harness.store.trialdir import SUITE_FILE
 
 LR_KEY = "train.lr"
@@ -50,11 +49,8 @@ def _tuning(res: SuiteResults, out_dir: Path) -> pd.DataFrame | None:
 
 
 def _points(archive: Path) -> pd.DataFrame | None:
-    path = open_archive(archive)
-    try:
+    with unpacked_archive(archive) as path:
         return tuning_points(load_results(path))
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @SECTIONS.register("tolerance")

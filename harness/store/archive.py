@@ -146,16 +146,23 @@ def _check(member: tarfile.TarInfo, where: str) -> PurePosixPath | None:
 
 
 @contextlib.contextmanager
+def unpacked_archive(path: Path) -> Iterator[Path]:
+    """The raw archive ``path`` unpacked (``open_archive``) into a temporary directory, removed afterwards."""
+    unpacked = Path(open_archive(path))
+    try:
+        yield unpacked
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def committed_results(report_dir: Path) -> Iterator[Path]:
     """The committed suite results directory behind REPORT_DIR: its raw.tar.gz unpacked into a temporary
     directory (removed afterwards), or REPORT_DIR itself when it is a results directory."""
     report_dir = Path(report_dir)
     if (report_dir / ARCHIVE_NAME).is_file():
-        unpacked = Path(open_archive(report_dir / ARCHIVE_NAME))
-        try:
+        with unpacked_archive(report_dir / ARCHIVE_NAME) as unpacked:
             yield unpacked
-        finally:
-            shutil.rmtree(unpacked, ignore_errors=True)
     elif (report_dir / SUITE_FILE).is_file():
         yield report_dir
     else:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from harness.store import trialdir
-from harness.store.archive import ARCHIVE_NAME, ArchiveError, open_archive, pack_suite
+from harness.store.archive import ARCHIVE_NAME, ArchiveError, open_archive, pack_suite, unpacked_archive
 
 CAMPAIGNS = Path("campaigns")
 SUFFIX = ".tar.gz"
@@ -105,15 +105,12 @@ def take_committed(archive: Path, into: Path, accept: Callable[[Path], bool], on
     if all(_finished(Path(into) / trial_id) for trial_id in only):
         return []
     try:
-        unpacked = open_archive(archive)
+        with unpacked_archive(archive) as unpacked:
+            return [d.name for d in sorted(unpacked.iterdir())
+                    if trialdir.is_trial_dir(d) and d.name in only and _place(d, Path(into) / d.name, accept, move)]
     except ArchiveError as exc:
         _not_reused(str(exc))
         return []
-    try:
-        return [d.name for d in sorted(unpacked.iterdir())
-                if trialdir.is_trial_dir(d) and d.name in only and _place(d, Path(into) / d.name, accept, move)]
-    finally:
-        shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def reuse_where(entry: str) -> Path:
