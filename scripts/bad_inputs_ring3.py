@@ -101,6 +101,14 @@ def _plugin_named(name: str) -> Callable[[Path], None]:
     return setup
 
 
+def _git_without_identity(d: Path) -> None:
+    """A fresh clone whose git cannot name a committer (nor guess one from the host name)."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(d)], check=True)
+    subprocess.run(["git", "config", "user.useConfigOnly", "true"], cwd=d, check=True)
+
+
 def ring3() -> list[Case]:
     report = ["report", "{d}/results/s1", "--out", "{d}/rep"]
     rows = lambda items: "".join(json.dumps(r) + "\n" for r in items)   # noqa: E731
@@ -169,6 +177,10 @@ def ring3() -> list[Case]:
             ("reuse: a path out of reports/", suite(campaign=True, reuse=["reports/../x"]))]],
         Case("ring3: reuse: a committed report without its raw.tar.gz", ["run", "{d}/s.yaml", "--dry-run"],
              {"s.yaml": suite(campaign=True, reuse=["reports/nope"])}),
+        Case("ring3: run a campaign where git has no user identity", ["run", "{d}/s.yaml", "--results", "{d}/r"],
+             {"s.yaml": suite(campaign=True)}, setup=_git_without_identity,
+             env={"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+             after=lambda d: "wrote before refusing" if (d / "r").exists() or (d / "campaigns").exists() else None),
         # ---- a path that cannot be written: one line naming it and the cause
         Case("ring3: report --out on a read-only file system", ["report", "{d}/results/s1", "--out", "/sys/stalebench"],
              setup=trial_file("eval.jsonl", EVALS)),

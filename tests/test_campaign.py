@@ -111,6 +111,34 @@ def test_a_replaced_machine_loses_only_the_trial_in_flight(repo, tiny_base, capf
     assert campaign.landed(dest) == ids
 
 
+def test_a_campaign_git_could_not_commit_is_refused_before_anything_is_written(repo, tiny_base, monkeypatch):
+    # a fresh machine without a git identity: every landing would fail, the trials would live there alone
+    from harness.suite.session import SuiteSession
+
+    suite, trials, _ = _table_and_retuned(repo, tiny_base)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    git(repo, "config", "--unset", "user.email")
+    git(repo, "config", "user.useConfigOnly", "true")        # no guess from the host name either
+    with pytest.raises(ConfigError, match="^campaigns/retuned: a campaign commits each finished trial, and git here "
+                                          "has no user identity; set one \(git config user.name NAME && git config "
+                                          "user.email EMAIL\) and run it again$"):
+        SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)
+    assert not (repo / "results").exists() and not campaign.campaign_dir("retuned").exists()
+    git(repo, "config", "user.email", "ci@example.invalid")
+    # a commit git refuses for another reason (here a hook) is one line naming the archive; the trial stays
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'refused by the hook' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    with pytest.raises(ConfigError, match="grpo-d2-s0.tar.gz: git commit failed \\(refused by the hook\\); the trial "
+                                          "is landed there but not committed: commit that file by hand"):
+        SuiteSession.open(suite, list(trials.values()), repo / "results", mirrored=False)
+    assert campaign.landed(campaign.campaign_dir("retuned")) == ["grpo-d2-s0"]
+    assert "grpo-d2-s0.tar.gz" in git(repo, "status", "--porcelain", "--", "campaigns")
+    assert "reused" not in git(repo, "log", "--format=%s")
+
 def test_a_run_of_some_trials_plans_them_all(tmp_path, tiny_base):
     # the plan is the suite's trials, not the run's selection: a partial suite's report names the rest
     from harness.suite.session import SuiteSession

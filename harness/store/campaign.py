@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Collection
 
+from harness.errors import ConfigError
 from harness.store import trialdir
 from harness.store.archive import ARCHIVE_NAME, ArchiveError, open_archive, pack_suite, unpacked_archive
 
@@ -148,13 +149,37 @@ def summary(name: str) -> str | None:
             f"(a run or tune of the suite restores them first)")
 
 
+def check_committable(dest: Path) -> None:
+    """Refuse, before any trial runs, a campaign whose landings git could not commit: inside a work tree
+    without a user identity every landing would fail, and the finished trials would live on this machine alone."""
+    where = _in_git(Path(dest))
+    if where is not None and subprocess.run(["git", "var", "GIT_COMMITTER_IDENT"], cwd=where,
+                                            capture_output=True).returncode != 0:
+        raise ConfigError(f"{dest}: a campaign commits each finished trial, and git here has no user identity; "
+                          f"set one (git config user.name NAME && git config user.email EMAIL) and run it again")
+
+
+def _in_git(path: Path) -> Path | None:
+    """The nearest existing folder at or above ``path`` when it lies in a git work tree (None: not in git)."""
+    path = path.resolve()
+    where = next(p for p in (path, *path.parents) if p.is_dir())
+    try:
+        inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=where, capture_output=True,
+                                text=True)
+    except FileNotFoundError:                  # no git on this machine
+        return None
+    return where if inside.returncode == 0 and inside.stdout.strip() == "true" else None
+
+
 def _commit(path: Path, message: str) -> None:
     """Commit ``path`` alone (other staged changes stay staged, not committed); quiet when not in git."""
     path = path.resolve()
-    cwd = path.parent
-    inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=cwd, capture_output=True, text=True)
-    if inside.returncode != 0 or inside.stdout.strip() != "true":
+    cwd = _in_git(path.parent)
+    if cwd is None:
         return
-    subprocess.run(["git", "add", "--", str(path)], cwd=cwd, check=True, capture_output=True)
-    subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], cwd=cwd, check=True,
-                   capture_output=True)
+    for args in (["add", "--", str(path)], ["commit", "-q", "-m", message, "--", str(path)]):
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise ConfigError(f"{path}: git {args[0]} failed ({said}); the trial is landed there but not "
+                              f"committed: commit that file by hand (git add, git commit)")

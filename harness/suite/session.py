@@ -2,7 +2,8 @@
 
     1. the results directory is named (a file there is refused)                  nothing written
        (a campaign suite's landed trials are restored into it first, and those of the campaigns it
-       names in `reuse:` whose id and resolved config equal its own trials': store/campaign.py)
+       names in `reuse:` whose id and resolved config equal its own trials': store/campaign.py; a
+       campaign in a git work tree whose git has no user identity, so could not commit, is refused first)
     2. each distinct base checkpoint the trials start from is verified, once       nothing written
        (the trial kinds say which need one: kinds.py)
     3. every mirror the suite's `tracking:` asks for can work here                 nothing written
@@ -26,7 +27,8 @@ from harness.config.suite import Suite
 from harness.config.expand import Trial, expand
 from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity, same_as
-from harness.store.campaign import REPORTS, campaign_dir, land, landed, restore, reuse_where, take, take_committed
+from harness.store.campaign import (REPORTS, campaign_dir, check_committable, land, landed, restore, reuse_where, take,
+                                    take_committed)
 from harness.store.safewrite import write_file
 from harness.store.trialdir import FINAL, PLAN, SUITE_FILE, read_status, suite_results_dir, tune_dir
 
@@ -51,6 +53,7 @@ class SuiteSession:
             check_mirrors(suite.tracking)
         reused = {}
         if suite.campaign:                     # trials landed by earlier machines come first (store/campaign.py)
+            check_committable(campaign_dir(suite.name))
             restore(campaign_dir(suite.name), suite_dir)
             restore(campaign_dir(suite.name, tuning=True), tune_dir(suite_dir))
             reused = reuse(suite, trials, suite_dir)

@@ -12,7 +12,6 @@ import fcntl
 import logging
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -197,7 +196,7 @@ def _lander(suite_dir: Path, land_to: Path | None, say: Say) -> Callable[[Path],
     def land_trial(trial_dir: Path) -> None:
         try:
             out = campaign.land(Path(suite_dir), trial_dir, Path(land_to))
-        except (OSError, ValueError, subprocess.CalledProcessError) as exc:   # the run goes on; the trial is in results/
+        except (OSError, ValueError) as exc:   # the run goes on; the trial is in results/
             say(f"could not land {trial_dir.name} in {land_to}: {type(exc).__name__}: {exc}".splitlines()[0])
             return
         if out is not None:
