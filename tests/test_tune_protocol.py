@@ -226,6 +226,67 @@ def test_the_grid_refines_where_the_objective_falls_off_a_cliff_beside_the_best(
     assert ran == [[1e-5, 1e-4, 1e-3]]
 
 
+def test_a_resumed_grid_hands_only_its_unfinished_trials_to_tune(tmp_path, tiny_base, monkeypatch):
+    # a campaign's restored tuning trials are read, never run (nor packed and committed) again: a second tune of
+    # the same suite hands Tune nothing and decides the same values (Tune itself is faked: no Ray here)
+    import json
+
+    from harness.config.dicts import to_dict
+    from harness.config.expand import tune_spec
+    from harness.suite.plan import tune_dry_run
+    from harness.suite.runner import search
+
+    handed = []
+
+    def fake_fit(suite, trials, tune_dir, *args, **kwargs):
+        handed.append([t.trial_id for t in trials])
+        for t in trials:                               # the objective rises with the lr: the grid extends once
+            d = Path(tune_dir) / t.trial_id
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "config.yaml").write_text(yaml.safe_dump(to_dict(t.config)))
+            (d / "status.json").write_text('{"status": "completed", "step": 4}')
+            (d / "eval.jsonl").write_text(json.dumps({"step": 4, "eval/acc": t.config.train.lr}) + "\n")
+
+    monkeypatch.setattr(search, "fit", fake_fit)
+    suite = suite_of(tiny_base, {**LR, "method": "grid", "points": 2, "max_extend": 1, "seeds": [500, 501]},
+                     algorithms=("grpo",))
+    spec = tune_spec(suite)
+
+    def tune_once():
+        return search._grid(suite, spec, "grpo", [500, 501], tune_split(suite), tmp_path / "t", None, lambda _: None)
+
+    def dry_run() -> list[str]:                       # its lines without the seeds and values
+        return [line for line in tune_dry_run(suite, tmp_path).splitlines() if not line.startswith(("  train", "  seeds"))]
+
+    assert dry_run()[0].endswith(", 0 already finished") and dry_run()[2].startswith(
+        "cost with every extension (2 more at most): 36 steps")       # 6 trials of 6 steps
+    first = tune_once()
+    assert handed == [[f"tune-grpo-lr{v:.4e}-seed{s}" for v in (1e-5, 1e-3) for s in (500, 501)],
+                      ["tune-grpo-lr1.0000e-01-seed500", "tune-grpo-lr1.0000e-01-seed501"]]
+    assert dry_run()[0].endswith(", 4 already finished (2 of the added ones too)")
+    assert dry_run()[1].startswith("cost: 0 steps") and dry_run()[2] == (
+        "  the tuning is complete: every estimator's grid, its edge extensions and cliff midpoints have their results")
+    (trialdir.tune_dir(tmp_path / "t") / "tune-grpo-lr1.0000e-01-seed501" / "status.json").write_text(
+        '{"status": "running", "step": 2}')           # in flight when the machine went
+    lines = dry_run()           # the replayed rounds: the extension's unfinished trial is next, and nothing after it
+    assert lines[0].endswith(", 4 already finished (1 of the added ones too)") and len(lines) == 2
+    assert lines[1].startswith("cost: 6 steps")
+    assert tune_once() == first
+    assert handed[2:] == [["tune-grpo-lr1.0000e-01-seed501"]]
+    # a campaign on a new machine: no results/ here; the dry run reads the landed trials as a run restores them
+    from dataclasses import replace
+
+    from harness.store import campaign
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t" / trialdir.SUITE_FILE).write_text("suite: t\n")
+    for d in trialdir.tune_dir(tmp_path / "t").iterdir():
+        campaign.land(tmp_path / "t", d, campaign.campaign_dir("t", tuning=True), commit=False)
+    (tmp_path / "t").rename(tmp_path / "old-machine")
+    suite = replace(suite, campaign=True)
+    assert dry_run()[0].endswith(", 4 already finished (2 of the added ones too)")
+    assert dry_run()[2].startswith("  the tuning is complete")
+
 def test_grid_overrides_file_documents_the_protocol(tmp_path, tiny_base):
     from harness.suite.runner.search import _header
 
@@ -256,7 +317,8 @@ def test_tune_dry_run_counts_values_seeds_estimators_and_extensions(tmp_path, ti
     assert lines[1] == "  train.lr: 1e-05, 2.512e-05, 6.31e-05, 0.0001585, 0.0003981, 0.001"
     assert lines[2] == "  seeds: 500, 501; delay 4; split: test"
     # the tiny random model (kind: path) has no measured step: its cost line says so, for 24 and 32 trials x 6 steps
-    assert lines[3].startswith("cost: 144 steps to run") and lines[4].startswith("cost with every extension: 192 steps")
+    assert lines[3].startswith("cost: 144 steps to run")
+    assert lines[4].startswith("cost with every extension (8 more at most): 192 steps")
     tpe = tune_dry_run(suite_of(tiny_base, {**LR, "trials_per_algorithm": 3}), tmp_path).splitlines()
     assert tpe[0] == "tune t: 3 values x 1 seed x 2 estimators = 6 trials"
     assert tpe[1] == "  train.lr: 3 TPE proposals in [1e-05, 0.001]" and len(tpe) == 4

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.registry import FORWARDS, MODELS
 from harness.store import campaign, trialdir
-from harness.suite import memory
+from harness.suite import memory, tuning
 from harness.suite.session import reuse
 from harness.trial import numerics
 from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
@@ -81,20 +82,63 @@ def tune_dry_run(suite: Suite, results_root: Path) -> str:
     added = spec.max_extend + spec.max_refine                 # beyond an edge, and midpoints at a cliff
     extra = len(suite.algorithms) * added * len(seeds) if grid else 0
     done = finished(suite, trials, suite_dir, tuning=True) if grid else []
+    todo, left, added = _grid_left(suite, spec, seeds, split, suite_dir) if grid else (trials, 0, 0)
     each = f"{_count(len(seeds), 'seed')} x {_count(len(suite.algorithms), 'estimator')}"
     lines = [f"tune {suite.name}: {_count(len(values), 'value')} x {each} = {len(trials)} trials"
              + (f", up to {extra} more if every best value is at an edge ({spec.max_extend} extensions"
                 + (f" and {spec.max_refine} cliff midpoints" if spec.max_refine else "") + f" x {each})"
-                if extra else "") + (f", {len(done)} already finished" if grid else ""),
+                if extra else "") + (f", {len(done)} already finished" if grid else "")
+             + (f" ({added} of the added ones too)" if added else ""),
              f"  {spec.param}: " + (", ".join(f"{v:g}" for v in values) if grid else
                                     f"{spec.trials_per_algorithm} TPE proposals in [{spec.low:g}, {spec.high:g}]"),
              f"  seeds: {', '.join(map(str, seeds))}; delay {spec.tune_delay(suite)}; split: {split}"]
-    todo = [t for t in trials if t not in done]
     lines += cost_lines(suite, trials, todo, suite_dir)
-    if extra and todo:                      # an extension's trial costs what any of the grid's does
-        lines += [line.replace("cost:", "cost with every extension:", 1) for line in
-                  cost_lines(suite, trials, todo + todo[:1] * extra, suite_dir)[:1]]
+    if left:                                # an added trial costs what any of the grid's does
+        lines += [line.replace("cost:", f"cost with every extension ({left} more at most):", 1) for line in
+                  cost_lines(suite, trials, todo + trials[:1] * left, suite_dir)[:1]]
+    if grid and not todo:
+        lines.append("  the tuning is complete: every estimator's grid, its edge extensions and cliff midpoints "
+                     "have their results")
     return "\n".join(lines)
+
+
+class _Unfinished(Exception):
+    """A grid round some of whose trials have no result yet (args[0]: those trials)."""
+
+
+def _grid_left(suite: Suite, spec, seeds: list[int], split: str, tune_dir: Path) -> tuple[list[Trial], int, int]:
+    """Each estimator's grid replayed (tuning.grid_rounds) on the results there are, here or landed in the
+    suite's campaign: the trials of its first round without a result (what `stalebench tune` runs next), the
+    most trials the rounds after that one may add (edge extensions and cliff midpoints), and the number of
+    added trials already finished."""
+    from harness.suite.status import last_eval
+
+    with tempfile.TemporaryDirectory(prefix="stalebench-dry-") as tmp:
+        if suite.campaign:                  # the landed trials this machine lacks, read as a run restores them
+            campaign.restore(campaign.campaign_dir(suite.name, tuning=True), Path(tmp))
+        todo, left, added = [], 0, 0
+        for algorithm in suite.algorithms:
+            rounds = []
+
+            def run(values: list[float]) -> list[dict]:
+                trials = [tune_trial(suite, algorithm, v, s, split) for v in values for s in seeds]
+                rounds.append(trials)
+                where = {t.trial_id: next((d for d in (tune_dir / t.trial_id, Path(tmp) / t.trial_id)
+                                           if trialdir.read_status(d).get("status") in trialdir.FINAL), None)
+                         for t in trials}
+                nonlocal added
+                added += sum(d is not None for d in where.values()) if len(rounds) > 1 else 0
+                if None in where.values():
+                    raise _Unfinished([t for t in trials if where[t.trial_id] is None])
+                return [tuning.trial_row(spec, t, trialdir.read_status(where[t.trial_id]).get("status"),
+                                         last_eval(where[t.trial_id], spec.metric)) for t in trials]
+
+            try:
+                tuning.grid_rounds(spec, run)
+            except _Unfinished as stop:
+                todo += stop.args[0]
+                left += (spec.max_extend + spec.max_refine - (len(rounds) - 1)) * len(seeds)
+    return todo, left, added
 
 
 def finished(suite: Suite, trials: list[Trial], suite_dir: Path, tuning: bool = False,

@@ -33,6 +33,14 @@ def trial_objective(spec: TuneSpec, status: str, metric: float | None) -> float 
     return None if status == "failed" else worst(spec)
 
 
+def trial_row(spec: TuneSpec, trial: Any, status: str | None, metric: float | None) -> dict[str, Any]:
+    """trials.jsonl's row of the tuning trial ``trial`` (an expand.Trial) from its status.json's status and
+    tune.metric in its last eval row (a status other than completed or diverged counts as failed)."""
+    status = status if status in ("completed", "diverged") else "failed"
+    return {"algorithm": trial.params["algorithm"], spec.param: trial.params[spec.param], "seed": trial.params["seed"],
+            "status": status, "objective": trial_objective(spec, status, metric), "trial_id": trial.trial_id}
+
+
 def mean_objective(spec: TuneSpec, objectives: list[float | None]) -> float:
     """A value's objective: the mean over its seeds, or the worst value when any trial has no finite one."""
     if not objectives or any(o is None or not math.isfinite(o) for o in objectives):

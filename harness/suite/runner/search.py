@@ -157,9 +157,11 @@ def _grid(suite: Suite, spec: TuneSpec, algorithm: str, seeds: list[int], split:
         if superseded:
             say(f"rerunning {len(superseded)} tuning trials whose config changed (old results in "
                 f"{tune_dir / trialdir.SUPERSEDED})")
-        fit(suite, trials, tune_dir, target, say, storage_dir=suite_dir,       # a round's name: its first value
-            name=f"{suite.name}-tune-{algorithm}-{values[0]:.4e}-{time.strftime('%Y%m%d-%H%M%S')}",
-            land_to=campaign_dir(suite.name, tuning=True) if suite.campaign else None)
+        todo = [t for t in trials if trialdir.read_status(tune_dir / t.trial_id).get("status") not in trialdir.FINAL]
+        if todo:          # a finished trial (run here, or restored from a campaign) is read, never handed to Tune
+            fit(suite, todo, tune_dir, target, say, storage_dir=suite_dir,       # a round's name: its first value
+                name=f"{suite.name}-tune-{algorithm}-{values[0]:.4e}-{time.strftime('%Y%m%d-%H%M%S')}",
+                land_to=campaign_dir(suite.name, tuning=True) if suite.campaign else None)
         if any(trialdir.read_status(tune_dir / t.trial_id).get("status") not in trialdir.ENDED for t in trials):
             raise KeyboardInterrupt(f"tuning {algorithm} was interrupted")   # Ctrl+C: Tune stopped and returned
         return _record(spec, trials, suite_dir, append=False)
@@ -176,13 +178,9 @@ def _grid(suite: Suite, spec: TuneSpec, algorithm: str, seeds: list[int], split:
 def _record(spec: TuneSpec, trials: list[Trial], suite_dir: Path, append: bool = True) -> list[dict[str, Any]]:
     """The rows of finished tuning trials, read from their files (by value, then seed), appended to
     tune/trials.jsonl unless `append` is False."""
-    tune_dir, rows = trialdir.tune_dir(suite_dir), []
-    for t in trials:
-        status = trialdir.read_status(tune_dir / t.trial_id).get("status")
-        status = status if status in trialdir.FINAL else "failed"
-        metric = last_eval(tune_dir / t.trial_id, spec.metric)
-        rows.append({"algorithm": t.params["algorithm"], spec.param: t.params[spec.param], "seed": t.params["seed"],
-                     "status": status, "objective": tuning.trial_objective(spec, status, metric), "trial_id": t.trial_id})
+    tune_dir = trialdir.tune_dir(suite_dir)
+    rows = [tuning.trial_row(spec, t, trialdir.read_status(tune_dir / t.trial_id).get("status"),
+                             last_eval(tune_dir / t.trial_id, spec.metric)) for t in trials]
     rows.sort(key=lambda r: (r[spec.param], r["seed"]))
     for row in rows if append else []:
         trialdir.append_jsonl(trialdir.tune_trials(suite_dir), row)
