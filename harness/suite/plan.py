@@ -79,8 +79,8 @@ def tune_dry_run(suite: Suite, results_root: Path) -> str:
     grid = spec.method == "grid"
     values = spec.grid_values() if grid else [spec.low] * spec.trials_per_algorithm   # TPE's are not known yet
     trials = [tune_trial(suite, a, v, s, split) for a in suite.algorithms for v in values for s in seeds]
-    added = spec.max_extend + spec.max_refine                 # beyond an edge, and midpoints at a cliff
-    extra = len(suite.algorithms) * added * len(seeds) if grid else 0
+    rounds = spec.max_extend + spec.max_refine                # beyond an edge, and midpoints at a cliff
+    extra = len(suite.algorithms) * rounds * len(seeds) if grid else 0
     done = finished(suite, trials, suite_dir, tuning=True) if grid else []
     todo, left, added = _grid_left(suite, spec, seeds, split, suite_dir) if grid else (trials, 0, 0)
     each = f"{_count(len(seeds), 'seed')} x {_count(len(suite.algorithms), 'estimator')}"
