@@ -214,6 +214,22 @@ def test_a_suite_reuses_another_campaigns_trial_only_where_its_config_is_the_sam
         suite, [], repo / "fresh")
 
 
+def test_reuse_warns_of_a_trial_the_other_suite_has_not_landed_yet(repo, tiny_base, capfd):
+    # the re-tuned column started before the table finished: its twin of an unlanded table trial would run twice
+    from harness.suite.plan import dry_run
+
+    suite, _, _ = _table_and_retuned(repo, tiny_base)
+    (repo / "suites").mkdir()
+    (repo / "suites" / "table.yaml").write_text((repo / "table.yaml").read_text())      # found by its name
+    dry_run(suite, [], repo / "results")
+    assert "warning" not in capfd.readouterr().err        # every twin landed; m2po's config differs: no twin
+    git(repo, "rm", "-q", str(campaign.campaign_dir("table") / "grpo-d2-s0.tar.gz"))
+    assert "  run  grpo-d2-s0" in dry_run(suite, [], repo / "results")
+    assert capfd.readouterr().err == (
+        "stalebench: warning: reuse: 1 of these trials are trials of suites/table.yaml (same id and config) that "
+        "have not landed in campaigns/table/ yet (grpo-d2-s0): they run here, a second time; land them there first "
+        "to reuse them\n")
+
 def test_reuse_passes_over_a_damaged_archive_and_never_acts_outside_a_campaign(repo, tiny_base, capfd):
     from dataclasses import replace
 

@@ -18,13 +18,15 @@ starts Ray, MLflow and the trials. Ray-free and torch-free.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.kinds import kind_of
 from harness.errors import ConfigError
 from harness.config.suite import Suite
-from harness.config.expand import Trial, expand
+from harness.config.dicts import to_dict
+from harness.config.expand import Trial, expand, load_suite_file
 from harness.store.tracking.mirrors import check_mirrors
 from harness.trial.lifecycle import check_identity, same_as
 from harness.store.campaign import (REPORTS, campaign_dir, check_committable, land, landed, restore, reuse_where, take,
@@ -89,8 +91,29 @@ def reuse(suite: Suite, trials: list[Trial], suite_dir: Path, move: bool = True)
             out[other] = take_committed(where, suite_dir, same_as(trials), only=wanted, move=move)
         else:
             out[other] = take(where, suite_dir, same_as(trials), only=wanted, move=move, strict=False)
+            _warn_unlanded(other, [t for t in trials if t.trial_id in wanted - set(out[other])
+                                   and read_status(suite_dir / t.trial_id).get("status") not in FINAL])
         wanted -= set(out[other])
     return out
+
+
+def _warn_unlanded(other: str, trials: list[Trial]) -> None:
+    """Warn about the ``trials`` (about to run here) that suites/<other>.yaml defines with the same resolved
+    config but that have not landed in campaigns/<other>/ yet: run now, they would run twice."""
+    path = Path("suites") / f"{other}.yaml"
+    if not trials or not path.is_file():
+        return
+    try:
+        theirs = {t.trial_id: t for t in expand(load_suite_file(path))}
+    except ConfigError:                    # a suite that does not load here defines nothing to wait for
+        return
+    twins = [t.trial_id for t in trials
+             if t.trial_id in theirs and to_dict(theirs[t.trial_id].config) == to_dict(t.config)]
+    if twins:
+        named = ", ".join(twins[:3]) + (", ..." if len(twins) > 3 else "")
+        print(f"stalebench: warning: reuse: {len(twins)} of these trials are trials of {path} (same id and config) "
+              f"that have not landed in {campaign_dir(other)}/ yet ({named}): they run here, a second time; land "
+              f"them there first to reuse them", file=sys.stderr)
 
 
 def verify_bases(trials: list[Trial]) -> None:
