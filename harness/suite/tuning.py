@@ -18,6 +18,7 @@ import yaml
 
 from harness.config.suite import Suite, TuneSpec
 from harness.store.safewrite import write_file
+from harness.store.trialdir import FINAL
 
 
 def worst(spec: TuneSpec) -> float:
@@ -36,7 +37,7 @@ def trial_objective(spec: TuneSpec, status: str, metric: float | None) -> float 
 def trial_row(spec: TuneSpec, trial: Any, status: str | None, metric: float | None) -> dict[str, Any]:
     """trials.jsonl's row of the tuning trial ``trial`` (an expand.Trial) from its status.json's status and
     tune.metric in its last eval row (a status other than completed or diverged counts as failed)."""
-    status = status if status in ("completed", "diverged") else "failed"
+    status = status if status in FINAL else "failed"
     return {"algorithm": trial.params["algorithm"], spec.param: trial.params[spec.param], "seed": trial.params["seed"],
             "status": status, "objective": trial_objective(spec, status, metric), "trial_id": trial.trial_id}
 
