@@ -115,7 +115,10 @@ def _grid_left(suite: Suite, spec, seeds: list[int], split: str, tune_dir: Path)
 
     with tempfile.TemporaryDirectory(prefix="stalebench-dry-") as tmp:
         if suite.campaign:                  # the landed trials this machine lacks, read as a run restores them
-            campaign.restore(campaign.campaign_dir(suite.name, tuning=True), Path(tmp))
+            dest = campaign.campaign_dir(suite.name, tuning=True)
+            lacking = [i for i in campaign.landed(dest)
+                       if trialdir.read_status(tune_dir / i).get("status") not in trialdir.FINAL]
+            campaign.take(dest, Path(tmp), lambda trial_dir: True, only=lacking)
         todo, left, added = [], 0, 0
         for algorithm in suite.algorithms:
             rounds = []
