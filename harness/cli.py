@@ -182,6 +182,7 @@ def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = F
     import shutil
 
     from harness.report import build_report, closing_table
+    from harness.report.html import partial_line
     from harness.report.plotting import parse_formats
     kinds = parse_formats(formats)
     merged = None
@@ -202,6 +203,8 @@ def _report(results: Path, out: Path | None, formats: str = "png", raw: bool = F
         if merged:
             shutil.rmtree(merged.path, ignore_errors=True)
     print(closing_table(index))
+    if partial := partial_line(index):        # the page's first warning, where the terminal ends
+        print(partial)
     print(f"report: {index}")
 
 

@@ -181,6 +181,9 @@ def ring3() -> list[Case]:
              {"s.yaml": suite(campaign=True)}, setup=_git_without_identity,
              env={"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
              after=lambda d: "wrote before refusing" if (d / "r").exists() or (d / "campaigns").exists() else None),
+        Case("ring3: run a campaign before its tuned values are in overrides:", ["run", "{d}/s.yaml", "--results",
+             "{d}/r"], {"s.yaml": suite(campaign=True, tune={"low": 1e-4, "high": 1e-3})},
+             after=lambda d: "wrote before refusing" if (d / "r").exists() or (d / "campaigns").exists() else None),
         # ---- a path that cannot be written: one line naming it and the cause
         Case("ring3: report --out on a read-only file system", ["report", "{d}/results/s1", "--out", "/sys/stalebench"],
              setup=trial_file("eval.jsonl", EVALS)),

@@ -3,6 +3,7 @@ new machine (results/ gone) restores them, so it loses at most the trials in fli
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -168,6 +169,28 @@ def test_a_fresh_clones_dry_run_counts_the_landed_trials(repo, tiny_base):
     text = dry_run(suite, [], repo / "results")
     assert "2 trials (2 grid points x seeds before removing duplicates), 1 already finished" in text
     assert "  done grpo-d2-s0" in text and "  run  grpo-d0-s0" in text
+
+
+def test_a_campaign_whose_tuned_values_are_not_in_overrides_yet_is_refused(repo, tiny_base):
+    # benchmark v4's re-tuned column before its overrides are written: its trials would land at the base's lr
+    from harness.suite.plan import dry_run
+    from harness.suite.runner.grid import run_suite
+
+    spec = {"suite": "camp", "base": tiny_base, "grid": {"algorithm": ["grpo", "m2po"], "delay": [2]}, "seeds": [0],
+            "campaign": True, "tune": {"param": "train.lr", "low": 1e-4, "high": 1e-2, "method": "grid", "points": 2},
+            "overrides": {"grpo": {"train.lr": 1e-3}}}
+    (repo / "camp.yaml").write_text(yaml.safe_dump(spec))
+    suite = load_suite_file(repo / "camp.yaml")
+    refusal = ("camp: a campaign commits each trial it runs, and overrides: sets no train.lr for m2po; run "
+               "`stalebench tune` on it first and copy results/camp/tuned-overrides.yaml into its overrides:")
+    with pytest.raises(ConfigError, match=f"^{re.escape(refusal)}$"):
+        run_suite(suite, results_root=repo / "results", progress=False)
+    assert not (repo / "results").exists() and not campaign.campaign_dir("camp").exists()
+    assert f"  a run now refuses: {refusal}" in dry_run(suite, [], repo / "results")
+    for done in ({**spec, "overrides": {a: {"train.lr": 1e-3} for a in ("grpo", "m2po")}},   # tuned, or not a campaign
+                 {**spec, "campaign": False}):
+        (repo / "camp.yaml").write_text(yaml.safe_dump(done))
+        assert "refuses" not in dry_run(load_suite_file(repo / "camp.yaml"), [], repo / "results")
 
 
 def _table_and_retuned(repo: Path, tiny_base: dict) -> tuple:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from harness.config.run import build_run_config
 from harness.suite.plan import _step_seconds, gpu_projection, model_parameters, projected_seconds
-from harness.config.expand import load_suite_trials
+from harness.config.expand import load_suite_trials, tune_split, tune_trial
 
 
 def test_model_parameters_from_the_name_when_no_config_is_there(tmp_path):
@@ -52,3 +52,15 @@ def test_the_v3_step_figure_gives_back_the_reference_runs_own_steps_and_projects
     # (steps 0, 32, 64) x 21.2 s = 127.2 s: 333.2 s
     quick, quick_trials = load_suite_trials(Path(__file__).parents[1] / "suites" / "quickstart-v3.yaml")
     assert abs(projected_seconds(quick, quick_trials, quick_trials, tmp_path, one_at_a_time=True) - 333.2) < 0.1
+
+
+def test_an_evaluation_costs_the_figure_scaled_to_the_problems_it_scores(tmp_path):
+    # reference-v4's figure is 21.2 s per 2,500-problem evaluation (its test split). Its tuning trials score the
+    # 1,000-problem validation split: 8.48 s each (measured: a median 9.7 s over its 122 tuning trials, against
+    # 20.9 s for its table trials; benchmarks/README.md). The same 128 steps, 5 evaluations: 5 x 12.72 s less.
+    suite, trials = load_suite_trials(Path(__file__).parents[1] / "suites" / "reference-v4.yaml")
+    table = next(t for t in trials if t.trial_id == "grpo-d0-s0")
+    tuning = tune_trial(suite, "grpo", table.config.train.lr, 1000, tune_split(suite))
+    assert tuning.config.eval.split == "validation" and tuning.config.train.steps == table.config.train.steps
+    cost = lambda t: projected_seconds(suite, trials, [t], tmp_path, one_at_a_time=True)   # noqa: E731
+    assert abs(cost(table) - cost(tuning) - 5 * 21.2 * (1 - 1000 / 2500)) < 1e-6

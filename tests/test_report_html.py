@@ -79,6 +79,7 @@ def test_figures_are_png_alone_by_default_and_svg_on_request(tmp_path, capsys):
     stems = ("learning_curves", "accuracy_vs_delay", "collapse_heatmap", "diagnostics_vs_step",
              "diagnostics_vs_delay", "staleness")
     assert main(["report", str(suite), "--out", str(tmp_path / "png")]) == 0
+    assert "partial suite" not in capsys.readouterr().out                # every planned trial has a result
     for stem in stems:
         assert (tmp_path / "png" / f"{stem}.png").is_file() and not (tmp_path / "png" / f"{stem}.svg").exists()
     figures = json.loads((tmp_path / "png" / "results.json").read_text())["figures"]
@@ -201,6 +202,17 @@ def test_a_partial_suite_names_what_has_no_result(built):
                                         "m2po-d0-g8-s2", "m2po-d8-g8-s2"]
     assert ("partial suite: 13 of its 18 trials have a result; the tables cover those only. Missing 5 (3 not "
             "started, 2 running, failed or invalid)") in index.read_text()
+
+
+def test_the_report_command_ends_with_the_partial_suite_line(tmp_path, capsys):
+    from harness.cli import main
+    suite = make_results(tmp_path / "results")
+    assert main(["report", str(suite), "--out", str(tmp_path / "report"), "--raw"]) == 0
+    last = capsys.readouterr().out.splitlines()[-2:]
+    assert last[0] == ("partial suite: 5 trials have no result (grpo-d0-e0.2-g8-s2, grpo-d8-e0.2-g8-s2, "
+                       "gmc_grpo-d8-e0.2-g8-s2 and more); the report covers the others. "
+                       "`stalebench run` on the same suite runs what is missing.")
+    assert last[1].startswith("report: ")
 
 
 def test_hostile_strings_are_escaped(built):

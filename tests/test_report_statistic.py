@@ -39,7 +39,7 @@ def test_the_built_ins_words_are_the_reports():
     assert stats.table_rule(stats.IQM) == ("IQM over seeds [95% bootstrap CI] (the mean [Student-t CI] in cells with "
                                            "fewer than 5 seeds)")
     assert stats.table_rule(stats.MEAN) == "mean over seeds [95% Student-t CI]"
-    assert stats.difference_rule(stats.MEAN) == "mean, Welch t interval"
+    assert stats.difference_rule(stats.MEAN) == "mean, Welch t interval; * = fewer than 5 seeds a side (low confidence)"
     assert stats.difference_rule(stats.IQM) == ("IQM bootstrap with >= 5 seeds a side; * = fewer seeds (mean, Welch t "
                                                 "interval)")
 

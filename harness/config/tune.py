@@ -94,6 +94,13 @@ class TuneSpec:
             raise ConfigError(f"tune.points: {self.points} points in [{self.low:g}, {self.high:g}] repeat at 4 "
                               f"significant digits; use fewer points or a wider range")
 
+    def untuned(self, suite: Any) -> list[str]:
+        """The grid's estimators whose `overrides:` set no value of tune.param (none where the grid varies it):
+        their trials would run at the base's value, not a tuned one."""
+        if self.param in suite.grid:
+            return []
+        return [a for a in suite.grid.get("algorithm", []) if self.param not in suite.overrides.get(a, {})]
+
     def tune_seeds(self, suite: Any) -> list[int]:
         """The tuning seeds: `tune.seeds`, else the one `tune_seed`."""
         return list(self.seeds) if self.seeds is not None else [self.tune_seed(suite)]

@@ -159,6 +159,15 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
 OUTPUT_FILES = ("index.html", "results.json", "leaderboard.csv", "cells.csv", "trials.csv")
 
 
+def partial_line(index: Path) -> str:
+    """A built report's (its index.html) one-line warning of the planned trials it has no result of, for the
+    terminal (a partial suite: its tables and a --raw archive cover the rest); "" when every one has."""
+    missing = json.loads((Path(index).parent / "results.json").read_text(encoding="utf-8")).get("missing_trials", [])
+    return (f"partial suite: {len(missing)} trials have no result ({', '.join(missing[:3])}"
+            f"{' and more' if len(missing) > 3 else ''}); the report covers the others. `stalebench run` on the "
+            f"same suite runs what is missing.") if missing else ""
+
+
 def docs_url(out_dir: Path) -> str:
     """The link from a page in ``out_dir`` to docs/report.md of the repository it is written into (the
     nearest parent holding docs/report.md: ``../../docs/report.md`` from reports/<suite>/, one more ``../``

@@ -224,10 +224,12 @@ def table_rule(statistic: Statistic) -> str:
 
 
 def difference_rule(statistic: Statistic) -> str:
-    """``difference_estimate``'s interval in words: "mean, Welch t interval"; * marks the fallback's cells."""
+    """``difference_estimate``'s interval in words: "mean, Welch t interval"; * marks the fallback's cells, or
+    with no fallback the low-confidence ones."""
     s, below = statistic, statistic.fallback
     if below is None:
-        return f"{s.label}, {s.interval.between} interval"
+        return (f"{s.label}, {s.interval.between} interval; * = fewer than {MIN_CONFIDENT_SEEDS} seeds a side "
+                f"(low confidence)")
     return (f"{s.label} {s.interval.between} with >= {s.min_seeds} seeds a side; * = fewer seeds ({below.label}, "
             f"{below.interval.between} interval)")
 

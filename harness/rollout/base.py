@@ -124,7 +124,8 @@ class Forward:
                                             # torch's (lean3: OpenBLAS, rollout/gemm3.py): part of its float path
     # The dry run's estimate on the tiny bases (suite/plan.py; where each figure was measured: benchmarks/README.md,
     # "Projection constants (plan.py)"), per task: its speed-up over the transformers forward's step, or its own
-    # measured s per 128-response step of one update and per evaluation, which take precedence.
+    # measured s per 128-response step of one update and per evaluation (of plan.EVAL_FIGURE_PROBLEMS problems),
+    # which take precedence.
     speedup: Mapping[str, float] = field(default_factory=dict)
     step_s: Mapping[str, float] = field(default_factory=dict)
     eval_s: Mapping[str, float] = field(default_factory=dict)

@@ -9,16 +9,18 @@ and the dry run refuse in one line when it exceeds resources.gpu_memory_gib.
 """
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import tempfile
 from pathlib import Path
 
+from harness.config.run import EVAL_SPLITS
 from harness.errors import ConfigError
 from harness.registry import FORWARDS, MODELS
 from harness.store import campaign, trialdir
 from harness.suite import memory, tuning
-from harness.suite.session import reuse
+from harness.suite.session import check_tuned, reuse
 from harness.trial import numerics
 from harness.config.expand import (Suite, Trial, expand, select_trials, trial_count, tune_spec, tune_split,
                                    tune_trial)
@@ -29,6 +31,8 @@ from harness.config.expand import (Suite, Trial, expand, select_trials, trial_co
 # benchmarks/README.md, "Projection constants (plan.py)".
 TINY_STEP_S = {"addrev": 0.112, "cumsum": 0.371}
 TINY_EVAL_S = {"addrev": 0.35, "cumsum": 3.63}
+EVAL_FIGURE_PROBLEMS = {"addrev": 500, "cumsum": 2500, "cumsum-long": 2500}   # problems per evaluation that these
+# figures and a forward's own eval_s were measured on; an evaluation of n problems costs n / this of the figure
 TINY_RESPONSES = 128
 PINNED_FACTOR = 1.53
 EXTRA_UPDATE = 0.73                # a step with p full passes per batch costs 1 + EXTRA_UPDATE (p - 1) of one with p = 1
@@ -51,6 +55,10 @@ def dry_run(suite: Suite, only: list[str], results_root: Path, trials: list[Tria
     done = finished(suite, trials, suite_dir, also={i for taken in reused.values() for i in taken})
     lines = [f"suite {suite.name}: {len(trials)} trials ({trial_count(suite)} grid points x seeds before removing "
              f"duplicates), {len(done)} already finished"]
+    try:
+        check_tuned(suite)
+    except ConfigError as refusal:
+        lines.append(f"  a run now refuses: {refusal}")
     for other, taken in reused.items():
         where = campaign.reuse_where(other)
         none = "" if where.is_file() or campaign.landed(where) else " (it holds no landed table trial yet)"
@@ -201,12 +209,28 @@ def _projection(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root
     processes = max(t.config.train.workers for t in trials)           # per trial (train.workers)
     parallel = suite.resources.parallel_trials(os.cpu_count() or 1, workers=processes)
     step_s, source = _step_seconds(trial_root, trials)
-    evals = sum(t.config.train.steps // t.config.eval.every_steps + 1 for t in todo)
-    eval_s = (TINY_EVAL_S.get(trials[0].config.task.name, 0.0) * _pinned_factor()
-              if _model(trials[0]).measured else 0.0)
+    per_trial = [t.config.train.steps // t.config.eval.every_steps + 1 for t in todo]
+    evals = sum(per_trial)
+    task = trials[0].config.task.name
+    eval_s = TINY_EVAL_S.get(task, 0.0) * _pinned_factor() if _model(trials[0]).measured else 0.0
     if (own := _own_figures(trials)) is not None:
-        eval_s = own.eval_s[trials[0].config.task.name]
+        eval_s = own.eval_s[task]
+    if eval_s and evals:                       # the figure's evaluation size -> the mean size these evaluate
+        problems = sum(n * _eval_problems(t.config) for n, t in zip(per_trial, todo))
+        eval_s *= problems / evals / EVAL_FIGURE_PROBLEMS[task]
     return steps, step_s, source, parallel, evals, eval_s
+
+
+@functools.lru_cache(maxsize=64)
+def _split_size(task, split: str) -> int:
+    return len(task.build().problems(EVAL_SPLITS[split], None, 0))
+
+
+def _eval_problems(config) -> int:
+    """How many problems one of the trial's evaluations scores: eval.size, else its split's (a tuning trial's
+    validation split is smaller than the test split)."""
+    available = _split_size(config.task, config.eval.split)
+    return available if config.eval.size is None else min(config.eval.size, available)
 
 
 def model_parameters(path: str) -> tuple[float | None, str]:

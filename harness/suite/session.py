@@ -72,6 +72,15 @@ class SuiteSession:
         return [t for t in self.trials if read_status(self.suite_dir / t.trial_id).get("status") not in FINAL]
 
 
+def check_tuned(suite: Suite) -> None:
+    """A campaign commits every trial it runs: one whose `tune:` has not given each estimator its tuned value
+    in `overrides:` yet is refused (its trials would land at the base's value; docs/campaigns.md)."""
+    if suite.campaign and suite.tune is not None and (left := suite.tune.untuned(suite)):
+        raise ConfigError(f"{suite.name}: a campaign commits each trial it runs, and overrides: sets no "
+                          f"{suite.tune.param} for {', '.join(left)}; run `stalebench tune` on it first and copy "
+                          f"results/{suite.name}/tuned-overrides.yaml into its overrides:")
+
+
 def reuse(suite: Suite, trials: list[Trial], suite_dir: Path, move: bool = True) -> dict[str, list[str]]:
     """Per entry of `reuse:` (another campaign, or a committed report reports/<name>), the trials of ``trials``
     without a result in ``suite_dir`` (nor landed in the suite's own campaign) that it holds with the same id

@@ -25,7 +25,7 @@ from harness.suite import coincidences
 from harness.config.run import ConfigError
 from harness.config.kinds import suite_kinds
 from harness.store.campaign import campaign_dir
-from harness.suite.session import SuiteSession
+from harness.suite.session import SuiteSession, check_tuned
 from harness.suite.plan import projected_seconds
 from harness.suite.status import ProgressLine, count_statuses
 from harness.config.expand import Suite, Trial, expand, select_trials
@@ -49,6 +49,7 @@ def run_suite(suite: Suite, *, results_root: Path = Path("results"), address: st
     every = expand(suite) if trials is None else trials
     trials = select_trials(every, only)
     say = printer(progress)
+    check_tuned(suite)
     session = SuiteSession.open(suite, trials, Path(results_root), on_change)
     suite_dir, superseded, ids = session.suite_dir, session.superseded, [t.trial_id for t in trials]
     coincidences.write(suite_dir, coincidences.compute(every))      # read by the report (its one owner)
