@@ -187,6 +187,10 @@ def test_a_campaign_whose_tuned_values_are_not_in_overrides_yet_is_refused(repo,
         run_suite(suite, results_root=repo / "results", progress=False)
     assert not (repo / "results").exists() and not campaign.campaign_dir("camp").exists()
     assert f"  a run now refuses: {refusal}" in dry_run(suite, [], repo / "results")
+    # a suite without an algorithm axis runs its base's estimator, which the check reads the same way
+    alone = {**spec, "base": {**tiny_base, "algorithm": "m2po"}, "grid": {"delay": [2]}, "overrides": {}}
+    (repo / "camp.yaml").write_text(yaml.safe_dump(alone))
+    assert f"  a run now refuses: {refusal}" in dry_run(load_suite_file(repo / "camp.yaml"), [], repo / "results")
     for done in ({**spec, "overrides": {a: {"train.lr": 1e-3} for a in ("grpo", "m2po")}},   # tuned, or not a campaign
                  {**spec, "campaign": False}):
         (repo / "camp.yaml").write_text(yaml.safe_dump(done))

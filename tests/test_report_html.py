@@ -209,9 +209,9 @@ def test_the_report_command_ends_with_the_partial_suite_line(tmp_path, capsys):
     suite = make_results(tmp_path / "results")
     assert main(["report", str(suite), "--out", str(tmp_path / "report"), "--raw"]) == 0
     last = capsys.readouterr().out.splitlines()[-2:]
-    assert last[0] == ("partial suite: 5 trials have no result (grpo-d0-e0.2-g8-s2, grpo-d8-e0.2-g8-s2, "
-                       "gmc_grpo-d8-e0.2-g8-s2 and more); the report covers the others. "
-                       "`stalebench run` on the same suite runs what is missing.")
+    assert last[0] == ("partial suite: 13 of its 18 trials have a result; the tables cover those only. Missing 5 (3 not "
+                       "started, 2 running, failed or invalid): grpo-d0-e0.2-g8-s2, grpo-d8-e0.2-g8-s2, "
+                       "gmc_grpo-d8-e0.2-g8-s2 and 2 more. `stalebench run` on the same suite runs what is missing.")
     assert last[1].startswith("report: ")
 
 

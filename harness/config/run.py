@@ -212,6 +212,12 @@ class EvalConfig:
             _positive(f"{key}.size", self.size)
         _choice(f"{key}.split", self.split, EVAL_SPLITS)
 
+    def problems(self, task_config: TaskConfig, task: Any) -> list:
+        """What each held-out evaluation scores: `size` problems of `split`, else the test split's task.eval_size
+        or the whole validation split (`task`: task_config built)."""
+        test = self.split == "test"
+        return task.problems(EVAL_SPLITS[self.split], self.size or (task_config.eval_size if test else None), 0)
+
 
 @dataclass(frozen=True)
 class MismatchConfig:

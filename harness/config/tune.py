@@ -99,7 +99,7 @@ class TuneSpec:
         their trials would run at the base's value, not a tuned one."""
         if self.param in suite.grid:
             return []
-        return [a for a in suite.grid.get("algorithm", []) if self.param not in suite.overrides.get(a, {})]
+        return [a for a in suite.algorithms if self.param not in suite.overrides.get(a, {})]
 
     def tune_seeds(self, suite: Any) -> list[int]:
         """The tuning seeds: `tune.seeds`, else the one `tune_seed`."""

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.store import trialdir
-from harness.store.untrusted import short
+from harness.store.untrusted import display, short
 
 ACC_KEY = "eval/acc"
 INVALID = "invalid"                                    # the status a trial that breaks a rule is shown with
@@ -145,7 +145,7 @@ def partial_suite(missing: list[str], started: list[str], n_expected: int) -> li
     the tables cover, how many are missing and why, and how to go on."""
     if not missing:
         return []
-    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    shown = ", ".join(map(display, missing[:3])) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
     return [f"partial suite: {n_expected - len(missing)} of its {n_expected} trials have a result; the tables "
             f"cover those only. Missing {len(missing)} ({len(missing) - len(started)} not started, {len(started)} "
             f"running, failed or invalid): {shown}. `stalebench run` on the same suite runs what is missing."]

@@ -115,7 +115,8 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
 
     context = _page_context(res, a, figures, extras, prov, rendered, papers, exports)
     missing, started = checks.not_finished(res.expected, a.trials.to_dict("records"))
-    context["warnings"] = (checks.partial_suite(missing, started, len(res.expected)) + list(res.plan_notes)
+    unfinished = checks.partial_suite(missing, started, len(res.expected))
+    context["warnings"] = (unfinished + list(res.plan_notes)
                            + context["warnings"]
                            + not_drawn + _invalid_trials(a.trials))
     context["docs_url"] = docs_url(out_dir)
@@ -150,7 +151,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None,
         "provenance": {"fields": prov.fields, "warnings": prov.warnings, "trials": prov.n_trials,
                        "missing": prov.n_missing, "started_utc": prov.started},
         "rendered": rendered,
-        **({"missing_trials": missing} if missing else {}),          # a partial suite: what has no result
+        **({"missing_trials": missing, "partial_suite": unfinished[0]} if missing else {}),   # a partial suite
     }
     write_file(out_dir / "results.json", json.dumps(_jsonable(bundle), indent=1, allow_nan=False))
     return out_dir / "index.html"
@@ -160,12 +161,9 @@ OUTPUT_FILES = ("index.html", "results.json", "leaderboard.csv", "cells.csv", "t
 
 
 def partial_line(index: Path) -> str:
-    """A built report's (its index.html) one-line warning of the planned trials it has no result of, for the
-    terminal (a partial suite: its tables and a --raw archive cover the rest); "" when every one has."""
-    missing = json.loads((Path(index).parent / "results.json").read_text(encoding="utf-8")).get("missing_trials", [])
-    return (f"partial suite: {len(missing)} trials have no result ({', '.join(missing[:3])}"
-            f"{' and more' if len(missing) > 3 else ''}); the report covers the others. `stalebench run` on the "
-            f"same suite runs what is missing.") if missing else ""
+    """A built report's (its index.html) partial-suite warning, the first of its page, for the terminal; "" when
+    every planned trial has a result."""
+    return json.loads((Path(index).parent / "results.json").read_text(encoding="utf-8")).get("partial_suite", "")
 
 
 def docs_url(out_dir: Path) -> str:

@@ -15,7 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from harness.config.run import EVAL_SPLITS
+from harness.config.run import EvalConfig, TaskConfig
 from harness.errors import ConfigError
 from harness.registry import FORWARDS, MODELS
 from harness.store import campaign, trialdir
@@ -215,22 +215,17 @@ def _projection(suite: Suite, trials: list[Trial], todo: list[Trial], trial_root
     eval_s = TINY_EVAL_S.get(task, 0.0) * _pinned_factor() if _model(trials[0]).measured else 0.0
     if (own := _own_figures(trials)) is not None:
         eval_s = own.eval_s[task]
-    if eval_s and evals:                       # the figure's evaluation size -> the mean size these evaluate
-        problems = sum(n * _eval_problems(t.config) for n, t in zip(per_trial, todo))
-        eval_s *= problems / evals / EVAL_FIGURE_PROBLEMS[task]
+    if eval_s and evals and (figure := EVAL_FIGURE_PROBLEMS.get(task)):   # the figure's size -> the mean size
+        problems = sum(n * (_eval_size(t.config.task, t.config.eval) if t.config.task.name == task else figure)
+                       for n, t in zip(per_trial, todo))                  # evaluated (a validation split is smaller)
+        eval_s *= problems / evals / figure
     return steps, step_s, source, parallel, evals, eval_s
 
 
 @functools.lru_cache(maxsize=64)
-def _split_size(task, split: str) -> int:
-    return len(task.build().problems(EVAL_SPLITS[split], None, 0))
-
-
-def _eval_problems(config) -> int:
-    """How many problems one of the trial's evaluations scores: eval.size, else its split's (a tuning trial's
-    validation split is smaller than the test split)."""
-    available = _split_size(config.task, config.eval.split)
-    return available if config.eval.size is None else min(config.eval.size, available)
+def _eval_size(task: TaskConfig, evaluation: EvalConfig) -> int:
+    """How many problems one evaluation of a trial scores (the trainer's EvalConfig.problems)."""
+    return len(evaluation.problems(task, task.build()))
 
 
 def model_parameters(path: str) -> tuple[float | None, str]:

@@ -27,7 +27,7 @@ from harness.rollout import EngineSettings, make_engine, token_logp_of
 from harness.rollout.base import Rollout
 from harness.rollout.hf import enable_checkpointing
 from harness.rollout.mismatch import MismatchEngine
-from harness.config.run import EVAL_SPLITS, RunConfig
+from harness.config.run import RunConfig
 from harness.config.dicts import to_dict
 from harness.config.trace import trace_line
 from harness.store.tracking import RunLog
@@ -60,8 +60,7 @@ class Trainer:
         tc = cfg.train
         self.train_problems = train_problems(cfg, self.task)
         test = cfg.eval.split == "test"
-        self.eval_problems = self.task.problems(EVAL_SPLITS[cfg.eval.split],
-                                                cfg.eval.size or (cfg.task.eval_size if test else None), 0)
+        self.eval_problems = cfg.eval.problems(cfg.task, self.task)
         self.eval_set_sha256 = problems_sha256(self.eval_problems)
         if test:                                  # the frozen base's fixed eval set, where it has one
             MODELS.get(cfg.model.kind).check_eval_set(path, self.eval_set_sha256, len(self.eval_problems))
