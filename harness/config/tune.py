@@ -95,7 +95,7 @@ class TuneSpec:
                               f"significant digits; use fewer points or a wider range")
 
     def untuned(self, suite: Any) -> list[str]:
-        """The grid's estimators whose `overrides:` set no value of tune.param (none where the grid varies it):
+        """The suite's estimators whose `overrides:` set no value of tune.param (none where the grid varies it):
         their trials would run at the base's value, not a tuned one."""
         if self.param in suite.grid:
             return []
