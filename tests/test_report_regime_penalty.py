@@ -50,7 +50,8 @@ def test_each_cell_reports_the_mean_over_its_trials_of_the_second_half(tmp_path)
     assert gmc["cap_scale"] == pytest.approx((0.95 + 0.8) / 2)                 # 0.875
     assert r.loc[("grpo", 8), "median_abs_log_ratio"] == pytest.approx(1.5)
     assert r.loc[("grpo", 8), "cap_scale"] != r.loc[("grpo", 8), "cap_scale"]   # NaN: grpo applies no cap
-    # stale/mean after the warm-up (step > delay): delay 8 over 4 steps has none, so it is NaN there; delay 0: 0.5
+    # stale/mean after the warm-up (step > delay / k, k = 1 here): delay 8 over 4 steps has none, so it is NaN
+    # there; delay 0: 0.5
     assert r.loc[("grpo", 0), "stale_mean"] == pytest.approx(0.5) and r.loc[("grpo", 0), "stale_max"] == 1.0
     assert regime.staleness_label(0, 0.5, 1.0) == "0 (staleness 0–1, mean 0.5)"
     assert regime.staleness_label(0, 1.5, 3.0) == "0 (staleness 0–3, mean 1.5)"

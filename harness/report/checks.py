@@ -35,7 +35,8 @@ INVALID = "invalid"                                    # the status a trial that
 NOT_SETTINGS = ("trial_id", "ignored", "stands_for")   # params.json keys that are not config settings
 REPORT_COLUMNS = ("start_acc", "final_acc", "best_acc", "auc_acc", "n_evals", "diverged_at", "collapsed",
                   "collapse_step", "collapse_reason", "has_params", "status", "last_step", "error",
-                  "diverged_step", "notes", "eval_size", "config_sha256")   # what the report computes per trial
+                  "diverged_step", "notes", "eval_size", "updates_per_batch",
+                  "config_sha256")   # what the report computes per trial
 
 
 def _int(value: Any) -> bool:

@@ -89,8 +89,9 @@ def diagnostics_vs_delay(a: Analysis, d: PlotData, out: Output) -> FigureOut | N
                               lambda g: 1 + g["delay"], {"ms": 4},
                               decorate=lambda ax: log2_delay_axis(ax, d.delays))
     return FigureOut(png, "Estimator diagnostics vs delay",
-                     "Per trial, the mean of each diagnostic over the steps after the warm-up (step > delay); "
-                     "then the mean over seeds and slices, vs configured delay on a log2(1 + delay) axis.", svg)
+                     "Per trial, the mean of each diagnostic over the steps after the warm-up (step > delay / k, "
+                     "k updates per batch); then the mean over seeds and slices, vs configured delay on a "
+                     "log2(1 + delay) axis.", svg)
 
 
 def _log_y(ax: plt.Axes) -> None:

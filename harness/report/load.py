@@ -295,6 +295,7 @@ def _read_trial(trial_dir: Path, grid: dict[str, list[Any]], seeds: list[int]) -
         row.setdefault(key, ())
     evals = _curve(eval_rows, (ACC_KEY, EVAL_N_KEY))
     row["eval_size"] = _eval_size(evals.pop(EVAL_N_KEY), config)
+    row["updates_per_batch"] = _updates_per_batch(config)
     return (row, _curve(metric_rows, _metric_keys(metric_rows)), evals, prov,
             importance_summary(metric_rows, trial_dir))
 
@@ -311,6 +312,16 @@ def _eval_size(logged: np.ndarray, config: dict[str, Any] | None) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
             return float(value)
     return math.nan
+
+
+def _updates_per_batch(config: dict[str, Any] | None) -> int:
+    """Optimizer updates per batch, ``train.passes`` x ``train.minibatches`` of config.yaml (each 1 when
+    absent: the defaults, and what trials written before either setting ran)."""
+    train = (config or {}).get("train")
+    train = train if isinstance(train, dict) else {}
+    counts = [train.get(key, 1) for key in ("passes", "minibatches")]
+    ok = all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)
+    return counts[0] * counts[1] if ok else 1
 
 
 def load_results(results_dir: Path) -> SuiteResults:
