@@ -231,7 +231,8 @@ def _page_context(res: SuiteResults, a: tables.Analysis, figures: list[fig.Figur
                  for d in sorted(a.cells["delay"].dropna().unique(), key=tables._sort_key)]
     unfinished = a.trials[a.trials["status"] != "completed"]
     alarms = [f"Realized staleness after the warm-up differs from the configured delay {show(s['delay'])}: "
-              f"mean stale/mean {s['stale_mean']:.2f} over {s['trials']} trials"
+              f"mean stale/mean {s['stale_mean']:.2f} over {s['trials']} trials, where the delay gives "
+              f"{s['expected']:.2f}"
               for s in a.staleness.to_dict("records") if s["differs"]]
     low = bool((a.board["seeds"] < stats.MIN_CONFIDENT_SEEDS).any()) if len(a.board) else False
     return {

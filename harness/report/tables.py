@@ -311,16 +311,20 @@ def unranked_reason(slice_of: str, cells: pd.DataFrame) -> str:
 
 
 def staleness_summary(trials: pd.DataFrame, rel_tol: float = 0.1, abs_tol: float = 0.5) -> pd.DataFrame:
-    """Per configured delay: trials with stale/mean after the warm-up, its mean, and a flag when it
-    differs from the delay by more than ``max(abs_tol, rel_tol * delay)``."""
+    """Per configured delay: trials with stale/mean after the warm-up, its mean, what the delay gives
+    (``expected``: the batch's k updates see it delay .. delay + k − 1 updates old, mean delay + (k − 1) / 2),
+    and a flag when the two differ by more than ``max(abs_tol, rel_tol * delay)``."""
     rows = []
     for delay, group in trials[trials["has_params"]].groupby("delay", dropna=False, sort=True):
-        s = _finite(group["stale_mean"]) if "stale_mean" in group else np.array([])
+        logged = group[np.isfinite(group["stale_mean"].to_numpy(float))]
+        s = logged["stale_mean"].to_numpy(float)
         realized = float(s.mean()) if s.size else np.nan
         d = _sort_key(delay)[1] if _sort_key(delay)[0] == 0 else np.nan   # a law of lags (JSON text): no one value
-        flag = bool(s.size and np.isfinite(d) and abs(realized - d) > max(abs_tol, rel_tol * d))
-        rows.append({"delay": delay, "trials": int(s.size), "stale_mean": realized, "differs": flag})
-    return pd.DataFrame(rows, columns=["delay", "trials", "stale_mean", "differs"])
+        expected = d + (float(logged["updates_per_batch"].mean()) - 1) / 2 if s.size else np.nan
+        flag = bool(s.size and np.isfinite(d) and abs(realized - expected) > max(abs_tol, rel_tol * d))
+        rows.append({"delay": delay, "trials": int(s.size), "stale_mean": realized, "expected": expected,
+                     "differs": flag})
+    return pd.DataFrame(rows, columns=["delay", "trials", "stale_mean", "expected", "differs"])
 
 
 @dataclass(frozen=True)
