@@ -148,21 +148,31 @@ def prov(path: str | None, vendor: str = "AuthenticAMD") -> dict:
 def test_the_report_warns_when_a_suite_mixes_float_paths():
     summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov("aten=avx512 mkl=auto", "GenuineIntel"),
                          "c": prov("aten=avx2 mkl=compatible")})
-    assert ("This suite mixes float paths: aten=avx2 mkl=compatible (2 trials), aten=avx512 mkl=auto (1 trials)"
+    assert ("This suite mixes 2 float paths: aten=avx2 mkl=compatible (2 trials), aten=avx512 mkl=auto (1 trials)"
             in summary.warnings)
     assert ("float path", [("aten=avx2 mkl=compatible", 2), ("aten=avx512 mkl=auto", 1)]) in summary.fields
 
 
 def test_the_report_warns_when_a_suite_mixes_cpu_vendors_on_one_float_path():
     summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov("aten=avx2 mkl=compatible", "GenuineIntel")})
-    assert "This suite mixes CPU vendors: AuthenticAMD (1 trials), GenuineIntel (1 trials)" in summary.warnings
-    assert not any("mixes float paths" in w for w in summary.warnings)
+    assert "This suite mixes 2 CPU vendors: AuthenticAMD (1 trials), GenuineIntel (1 trials)" in summary.warnings
+    assert not any("float paths:" in w for w in summary.warnings)
+
+
+def test_a_mixes_warning_names_the_most_common_values_and_counts_the_rest():
+    # a campaign commits each trial as it lands, so its trials start from many commits: the warning on top
+    # names five, the provenance section every one
+    commits = {f"t{i}": {"git_commit": f"c{min(i, 6)}"} for i in range(9)}       # c6 three times, c0..c5 once
+    summary = summarize(commits)
+    assert ("This suite mixes 7 git commits: c6 (3 trials), c0 (1 trials), c1 (1 trials), c2 (1 trials), "
+            "c3 (1 trials), and 2 more (the provenance section lists every one)") in summary.warnings
+    assert dict(summary.fields)["git commit"] == [("c6", 3), *((f"c{i}", 1) for i in range(6))]
 
 
 def test_the_report_says_when_some_trials_do_not_record_their_float_path():
     summary = summarize({"a": prov("aten=avx2 mkl=compatible"), "b": prov(None)})
     assert any(w.startswith("1 of 2 trials do not record their float path") for w in summary.warnings)
-    assert not any("mixes float paths" in w for w in summarize({"a": prov("x"), "b": prov("x")}).warnings)
+    assert not any("float paths:" in w for w in summarize({"a": prov("x"), "b": prov("x")}).warnings)
 
 
 def run_script(name: str, *args: str, cwd: Path | None = None) -> list[str]:

@@ -210,7 +210,7 @@ def test_provenance_comes_from_the_trials_and_warns_about_mixtures(tmp_path):
     trial(d, "old", "grpo", 0, 3, [0.23, 0.4])  # older result: no provenance.json
     page = build_report(d, tmp_path / "out").read_text()
     box = page[page.index('<div class="warning-box"'):page.index("</div>", page.index('<div class="warning-box"'))]
-    for needle in ("mixes git commits", "mixes torch versions", "dirty git tree", "base models (sha256)",
+    for needle in ("mixes 2 git commits", "mixes 2 torch versions", "dirty git tree", "base models (sha256)",
                    "eval sets (sha256)", "1 of 4 trials have no provenance.json"):
         assert needle in box, needle
     footer = page[page.index('<footer id="provenance">'):]

@@ -34,6 +34,7 @@ MUST_AGREE = {"stalebench": "stalebench versions", "git_commit": "git commits",
               "eval_set_sha256": "eval sets (sha256)",
               "numerics.float_path": "float paths", "numerics.cpu_vendor": "CPU vendors"}
 PER_TRIAL = ("config_sha256",)  # differs between cells by design: shown as a count
+MIXED_SHOWN = 5  # values a "mixes" warning names (most common first); the provenance section lists them all
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,13 @@ def summarize(provenance: dict[str, dict[str, Any] | None]) -> ProvenanceSummary
             values = [(f"{distinct} distinct value(s)", len(known))] + (
                 [(UNKNOWN, counts[UNKNOWN])] if counts[UNKNOWN] else [])
         fields.append((label, values))
-        real = [v for v in counts if v != UNKNOWN]
+        real = [v for v, _ in counts.most_common() if v != UNKNOWN]
         if len(real) > 1 and (key in MUST_AGREE or key.startswith("packages.")):
             what = MUST_AGREE.get(key, f"{label} versions")
-            warnings.append(f"This suite mixes {what}: " + ", ".join(f"{v} ({counts[v]} trials)" for v in real))
+            more = len(real) - MIXED_SHOWN
+            warnings.append(f"This suite mixes {len(real)} {what}: "
+                            + ", ".join(f"{v} ({counts[v]} trials)" for v in real[:MIXED_SHOWN])
+                            + (f", and {more} more (the provenance section lists every one)" if more > 0 else ""))
     dirty = sum(1 for f in known if f.get("git_dirty") is True)
     if dirty:
         warnings.append(f"{dirty} of {len(flat)} trials ran from a dirty git tree (uncommitted changes): "
