@@ -596,7 +596,7 @@ def test_accuracy_figures_fit_their_axes_mark_base_and_on_policy_and_draw_the_ce
         assert 0.45 < lo < 0.5 and 0.912 < hi < 0.95
         levels = sorted(line.get_ydata()[0] for line in ax.lines if len(set(line.get_ydata())) == 1)
         assert levels == pytest.approx([0.5, on]) and ax.get_legend() is None
-    assert g.figure.legends and "on-policy (delay 0): 0.90" in [t.get_text() for t in g.figure.legends[0].texts]
+    assert g.figure.legends and "delay 0: 0.90" in [t.get_text() for t in g.figure.legends[0].texts]
 
     g, out = _drawn(monkeypatch, FIGURES.get("intervals"), a, d, tmp_path)
     assert out.file == "final_accuracy_intervals.png" and "IQM" in out.caption and "LOW CONFIDENCE" in out.caption

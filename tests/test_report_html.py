@@ -532,10 +532,10 @@ def test_site_leads_with_the_current_reference_then_earlier_ones_then_companions
     page = build_site(tmp_path).read_text()
     order = re.findall(r'<h3><a href="[^"]+">([^<]+)</a></h3>', page)
     groups = re.findall(r'<h2 class="site-group">([^<]+)</h2>', page)
-    assert order[:3] == ["reference-v3", "reference-v2", "reference"], order
+    assert order[:4] == ["reference-v4", "reference-v3", "reference-v2", "reference"], order
     # companions under their reference (v3's first), each group by its runs' start; then the studies, newest first
-    assert order[3:6] == ["reference-v3-bridge", "reference-v3-bases", "reference-v2-bases"], order
+    assert order[4:7] == ["reference-v3-bridge", "reference-v3-bases", "reference-v2-bases"], order
     assert order.index("reference-v2-followup") < order.index("design-v3") < order.index("claims-eps"), order
-    assert order[-1] == "claims-lab" and len(order) == 18, order     # started 2026-12-03, the oldest study
+    assert order[-1] == "claims-lab" and len(order) == 19, order     # started 2026-12-03, the oldest study
     assert groups == ["The current reference", "Earlier references", "Companions of reference-v3",
                       "Companions of reference-v2", "Studies"], groups

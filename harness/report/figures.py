@@ -15,7 +15,7 @@ after these; one registered with a settings class (``FIGURES.register(name, sett
 
 Delay axes are log2 of (1 + delay), labelled with the delays, so delay 0 shows and 0 / 4 do not overlap.
 Accuracy axes are fitted to the data they show (``plotting.fitted``), with the base model's accuracy
-(step-0 evaluation) and the on-policy (delay 0) level drawn as labelled reference lines where the suite
+(step-0 evaluation) and the delay-0 level drawn as labelled reference lines where the suite
 has them (``levels``).
 """
 
@@ -197,7 +197,7 @@ def _finite_level(value) -> bool:
 @FIGURES.register("learning")
 def learning_curves(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     """Held-out accuracy vs step: one panel per estimator (x slice), one line per delay (mean over
-    seeds, band min..max), the on-policy (delay 0) curve in grey in every panel as the reference."""
+    seeds, band min..max), the delay-0 curve in grey in every panel as the reference."""
     if d.done.empty or d.evals.empty:
         return None
     ev = d.evals.merge(d.done[["trial_id", "algorithm", "delay", "slice"]], on="trial_id")
@@ -227,7 +227,7 @@ def learning_curves(a: Analysis, d: PlotData, out: Output) -> FigureOut | None:
     return FigureOut(png, "Learning curves",
                      f"Held-out accuracy (eval/acc) vs step, one panel per estimator"
                      f"{' and slice' if several else ''}, one line per delay (darker = larger delay), the "
-                     f"on-policy (delay 0) curve in grey where the suite has it: mean over seeds, shaded band "
+                     f"delay-0 curve in grey where the suite has it: mean over seeds, shaded band "
                      f"= min..max over seeds ({seed_range(seeds)} per line; diverged seeds count as accuracy "
                      f"0 from their divergence on). y axis fitted to the data; step 0 is the base model."
                      f"{low_note(seeds)}", svg)

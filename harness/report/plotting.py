@@ -227,7 +227,7 @@ def legend_above(fig: plt.Figure, handles: list) -> int:
 
 LEVEL_STYLE = {"base": {"color": "0.45", "ls": ":", "lw": 1.2},
                "on_policy": {"color": "0.45", "ls": "--", "lw": 1.0}}
-LEVEL_LABEL = {"base": "base model (step-0 eval)", "on_policy": "on-policy (delay 0)"}
+LEVEL_LABEL = {"base": "base model (step-0 eval)", "on_policy": "delay 0"}   # on-policy only at one update per batch
 
 
 def level_handles(levels: list[dict[str, float | None]]) -> list[Line2D]:
