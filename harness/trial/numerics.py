@@ -18,9 +18,11 @@ by the processor they find, and the choice differs between vendors and generatio
   calls OpenBLAS, so their path is unchanged; a v3 trial's float path names OpenBLAS's kernels and version
   besides ATen's and MKL's (attention and the rest still run on them).
 
-Pinned, AMD EPYCs of different generations agree bit for bit; an Intel Xeon still parts from them at a
-trial's first update (in AdamW's parameter update, whose float32 square root is MKL's vendor-dependent
-approximation: docs/reproducibility.md), so the CPU vendor is part of what must agree (IDENTITY).
+Pinned, AMD EPYCs of different generations agree bit for bit; on v1's and v2's path an Intel Xeon parts from
+them at a trial's first update (in AdamW's parameter update, whose float32 square root is MKL's vendor-dependent
+approximation: docs/reproducibility.md). Engine 3's fused AdamW takes that root outside MKL, and its trials
+reran bit for bit on one Intel Xeon; one model is not every one, so the CPU vendor stays part of what must
+agree (IDENTITY) before a difference is called a failure.
 
 The rule is process-wide and the same for every trial: `pin()` sets PINNED in os.environ unless the user
 chose otherwise (`STALEBENCH_FLOAT_PATH=native` lets MKL and ATen choose; a conflicting variable already in
