@@ -1,5 +1,6 @@
 """Nothing linked that is not there: every relative link in README.md and docs/*.md names a path that git
-tracks (a file, or a folder holding tracked files). A report that is linked but git-ignored fails here."""
+tracks (a file, or a folder holding tracked files). A report that is linked but git-ignored fails here. And
+nothing promised undefined: every word the README sets in italics is a term of docs/glossary.md."""
 from __future__ import annotations
 
 import posixpath
@@ -57,3 +58,29 @@ def test_readme_and_docs_link_only_tracked_paths():
     assert not unexpected, "linked but not in the repository (git ls-files):\n" + "\n".join(unexpected)
     done = sorted(set(PENDING) - set(missing))
     assert not done, f"now in the repository (or no longer linked); remove from PENDING: {done}"
+
+
+ITALIC = re.compile(r"(?<![*\w])\*([^*\n]+?)\*(?![*\w])")     # *word*, not **bold**
+BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
+
+
+def undefined_italics(readme: str, glossary: str) -> list[str]:
+    """Words set in italics after the README's "defined in [docs/glossary.md]" that no bold glossary term holds
+    (a plural or past tense counts as its stem: *collapsed* is **Collapse**)."""
+    promised = readme.split("defined in [docs/glossary.md]", 1)[-1]
+    terms = [t.lower() for t in BOLD.findall(glossary)]
+    def stem(word: str) -> str:
+        return re.sub(r"(?<=e)d$|s$", "", word.lower())
+    return sorted({w for w in ITALIC.findall(promised) if not any(stem(w) in t for t in terms)})
+
+
+def test_undefined_italics_on_a_hand_made_case():
+    readme = "*Before* the promise. Words in *italics* are defined in [docs/glossary.md](x). *collapsed*, *Holm*, **bold**, *odd*"
+    glossary = "- **Collapse**: ...\n- **Holm**, **p_Holm**: ..."
+    assert undefined_italics(readme, glossary) == ["odd"]
+
+
+def test_readme_italics_are_glossary_terms():
+    missing = undefined_italics((ROOT / "README.md").read_text(encoding="utf-8"),
+                                (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8"))
+    assert not missing, f"set in italics in README.md but not defined in docs/glossary.md: {missing}"
