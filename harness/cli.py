@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--only", action="append", default=[], metavar="KEY=VALUE,...",
                      help="run only the trials matching, e.g. 'algorithm=grpo,delay=32' (repeatable: any matches)")
     run.add_argument("--dry-run", action="store_true", help="list the trials and estimate the cost; run nothing")
+    run.add_argument("--restore-only", action="store_true",
+                     help="a campaign: bring its landed trials into results/<suite>/ (to report them); run nothing")
     st = sub.add_parser("status", help="summarize a suite's trials")
     st.add_argument("suite", help=SUITE_HELP)
     st.add_argument("--results", default="results")
@@ -161,9 +163,11 @@ def _cmd_run(args) -> int:
     from harness.suite.runner import run_suite
     from harness.suite.status import run_summary
     suite, trials = _load(args)
-    if args.dry_run:
+    if args.dry_run or args.restore_only:
         from harness.suite.plan import dry_run
-        print(dry_run(suite, args.only, Path(args.results), trials))
+        from harness.suite.session import restore_only
+        print(dry_run(suite, args.only, Path(args.results), trials) if args.dry_run else
+              restore_only(suite, trials, Path(args.results), args.on_change))
         return 0
     counts = run_suite(suite, results_root=Path(args.results), address=args.address, progress=True,
                        on_change=args.on_change, only=args.only, trials=trials)
@@ -327,11 +331,11 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_build_base(args) -> int:
-
     from harness.config.dicts import from_dict
     from harness.store.untrusted import load_yaml_text
     from harness.bases import BASES_DIR
     from harness.bases.models import BaseRecipe, build_base
+    from harness.suite.learnability import build_probed_base
 
     values = {"name": args.name}
     for item in args.sets:
@@ -341,11 +345,7 @@ def _cmd_build_base(args) -> int:
         values[key.strip()] = load_yaml_text(raw, f"--set {item[:80]!r}")
     recipe = from_dict(BaseRecipe, values, "recipe")
     out = Path(args.out) if args.out else BASES_DIR / recipe.name
-    if recipe.probe_seeds:
-        from harness.suite.learnability import build_probed_base
-        manifest = build_probed_base(recipe, out)
-    else:
-        manifest = build_base(recipe, out)
+    manifest = (build_probed_base if recipe.probe_seeds else build_base)(recipe, out)
     print(f"base {manifest['name']}: sha256 {manifest['sha256']}, {manifest['warmup_steps']} warm-up steps, "
           f"eval acc {manifest['eval_acc']:.3f} on {manifest['eval_size']} problems -> {out}")
     if "probe" in manifest:

@@ -334,3 +334,24 @@ def test_a_report_of_a_campaign_with_only_tuning_trials_names_them(repo):
     with pytest.raises(ValueError, match=r"run the suite first or pass another results dir; campaign camp: 0 table "
                                          r"and 1 tuning trials landed in campaigns/camp/"):
         load_results(suite_dir)
+
+
+def test_restore_only_brings_landed_trials_home_for_the_report_and_runs_nothing(repo, tiny_base, capsys):
+    # a clone that only merged a campaign's landings: `run --restore-only` fills results/<suite>/, starts no trial
+    from harness.cli import main
+    from harness.store.trialdir import read_status
+
+    _table_and_retuned(repo, tiny_base)
+    assert main(["run", "table.yaml", "--restore-only"]) == 0
+    assert capsys.readouterr().out == ("restored: 4 of 4 trials of table finished in results/table; next: stalebench "
+                                       "report results/table\n")
+    assert {d.name: read_status(d)["status"] for d in (repo / "results" / "table").iterdir() if d.is_dir()} == {
+        t: "completed" for t in ("grpo-d0-s0", "grpo-d2-s0", "m2po-d0-s0", "m2po-d2-s0")}
+    assert main(["run", "retuned.yaml", "--restore-only"]) == 0      # a reused trial lands; the other is named
+    assert capsys.readouterr().out == ("restored: 1 of 2 trials of retuned finished in results/retuned (1 not landed "
+                                       "yet); next: stalebench report results/retuned\n")
+    (repo / "plain.yaml").write_text(yaml.safe_dump({"suite": "plain", "base": tiny_base, "seeds": [0]}))
+    assert main(["run", "plain.yaml", "--restore-only"]) == 2
+    assert capsys.readouterr().err == ("stalebench: plain: --restore-only brings a campaign's landed trials into "
+                                       "results/, and this suite has no campaign: true; run it instead\n")
+    assert not (repo / "results" / "plain").exists()

@@ -152,13 +152,13 @@ def test_status_names_a_campaigns_landed_trials_on_a_machine_that_has_not_run_it
         (tune / f"tune-grpo-lr1e-05-seed100{i}.tar.gz").write_bytes(b"")
     (tmp_path / "campaigns" / "camp" / "grpo-d0-s0.tar.gz").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"^results/camp: not run on this machine; campaign camp: 1 table and 3 "
-                                          r"tuning trials landed in campaigns/camp/ \(a run or tune of the suite "
-                                          r"restores them first\); `stalebench run` \(or `tune`\) SUITE_FILE "
-                                          r"--dry-run counts what is left$"):
+                                          r"tuning trials landed in campaigns/camp/ \(`stalebench run camp "
+                                          r"--restore-only` brings them into results/camp/, running nothing\); "
+                                          r"`stalebench run` \(or `tune`\) SUITE_FILE --dry-run counts what is left$"):
         suite_status(Path("results/camp"))
     _trial(tmp_path / "results" / "camp", "grpo-d0-s1", {"status": "running", "step": 1})
     assert suite_status(Path("results/camp")).splitlines()[-1] == (
-        "campaign camp: 1 table and 3 tuning trials landed in campaigns/camp/ (a run or tune of the suite restores "
-        "them first)")
+        "campaign camp: 1 table and 3 tuning trials landed in campaigns/camp/ (`stalebench run camp --restore-only` "
+        "brings them into results/camp/, running nothing)")
     with pytest.raises(ConfigError, match="no suite results here"):
         suite_status(Path("results/other"))

@@ -146,7 +146,7 @@ def summary(name: str) -> str | None:
     if not table and not tune:
         return None
     return (f"campaign {name}: {len(table)} table and {len(tune)} tuning trials landed in campaigns/{name}/ "
-            f"(a run or tune of the suite restores them first)")
+            f"(`stalebench run {name} --restore-only` brings them into results/{name}/, running nothing)")
 
 
 def check_committable(dest: Path) -> None:

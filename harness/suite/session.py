@@ -72,6 +72,19 @@ class SuiteSession:
         return [t for t in self.trials if read_status(self.suite_dir / t.trial_id).get("status") not in FINAL]
 
 
+def restore_only(suite: Suite, trials: list[Trial], results_root: Path, on_change: str = "error") -> str:
+    """`stalebench run --restore-only`: steps 1-5 above and no trial run, so that a clone which only merged a
+    campaign's landings has them in results/<suite>/ for `stalebench report` (docs/campaigns.md)."""
+    if not suite.campaign:
+        raise ConfigError(f"{suite.name}: --restore-only brings a campaign's landed trials into results/, and this "
+                          f"suite has no campaign: true; run it instead")
+    check_tuned(suite)
+    session = SuiteSession.open(suite, trials, results_root, on_change, mirrored=False)
+    left, out = len(session.pending()), results_root / suite.name
+    return (f"restored: {len(trials) - left} of {len(trials)} trials of {suite.name} finished in {out}"
+            + (f" ({left} not landed yet)" if left else "") + f"; next: stalebench report {out}")
+
+
 def check_tuned(suite: Suite) -> None:
     """A campaign commits every trial it runs: one whose `tune:` has not given each estimator its tuned value
     in `overrides:` yet is refused (its trials would land at the base's value; docs/campaigns.md)."""
