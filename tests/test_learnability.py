@@ -88,3 +88,13 @@ def test_a_build_stopped_during_its_probe_resumes_at_the_probe(tmp_path, monkeyp
     shutil.copytree(out, candidate)                                  # a damaged file: not reused
     (candidate / "model.safetensors").write_bytes(b"x")
     assert learnability.saved_candidate(candidate, recipe) is None
+
+
+def test_build_base_refuses_an_unknown_recipe_key_in_one_line(tmp_path, capsys):
+    from harness.cli import main
+
+    out = tmp_path / "tiny-x"
+    assert main(["build-base", "--name", "tiny-x", "--set", "warmup_sed=1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stalebench: recipe.warmup_sed: unknown key; valid keys: ") and err.count("\n") == 1
+    assert "warmup_seed" in err and not out.exists()
