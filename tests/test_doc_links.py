@@ -69,9 +69,11 @@ def undefined_italics(readme: str, glossary: str) -> list[str]:
     (a plural or past tense counts as its stem: *collapsed* is **Collapse**)."""
     promised = readme.split("defined in [docs/glossary.md]", 1)[-1]
     terms = [t.lower() for t in BOLD.findall(glossary)]
-    def stem(word: str) -> str:
-        return re.sub(r"(?<=e)d$|s$", "", word.lower())
-    return sorted({w for w in ITALIC.findall(promised) if not any(stem(w) in t for t in terms)})
+    return sorted({w for w in ITALIC.findall(promised) if not any(_stem(w) in t for t in terms)})
+
+
+def _stem(word: str) -> str:
+    return re.sub(r"(?<=e)d$|s$", "", word.lower())
 
 
 def test_undefined_italics_on_a_hand_made_case():
